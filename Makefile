@@ -1,0 +1,34 @@
+# One virtual environment at .venv/, created on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-unit lint demo bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check lineage_data connectors tests bench examples
+	$(BIN)/mypy
+
+demo: $(STAMP)
+	$(BIN)/python -m examples.demo
+
+bench: $(STAMP)
+	$(BIN)/python -m bench all --scale smoke
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

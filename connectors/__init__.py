@@ -1,0 +1,1 @@
+"""Format adapters built on lineage_data: S3, PDF, video, vLLM, Parquet shards, test corpora."""

@@ -1,0 +1,153 @@
+"""Typed input errors raised by the format connectors.
+
+Every connector error is a :class:`~lineage_data._core.errors.LineageError`, so one
+``except ld.LineageError`` catches them all, and the leaf type says *why* an input was rejected. The
+message names the input (its path when the row has one) and the cause:
+
+    >>> error = EncryptedInputError.for_input("s3://b/a.pdf", "needs a password")
+    >>> isinstance(error, LineageError), str(error)
+    (True, 's3://b/a.pdf: needs a password')
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from lineage_data._core.errors import LineageError
+
+__all__ = [
+    "ConnectorError",
+    "CorruptInputError",
+    "EmptyInputError",
+    "EncryptedInputError",
+    "OversizedInputError",
+    "TruncatedInputError",
+    "UnsupportedInputError",
+    "input_name",
+    "sniff_format",
+]
+
+
+_E = TypeVar("_E", bound="ConnectorError")
+
+
+class ConnectorError(LineageError):
+    """Root of the connector errors: an input a connector cannot turn into rows."""
+
+    @classmethod
+    def for_input(cls: type[_E], name: str, cause: str) -> _E:
+        """Build the error with the standard ``"<input>: <cause>"`` message.
+
+        Args:
+            name: What names the input, usually from :func:`input_name`.
+            cause: Why the input was rejected, in a few words.
+
+        Returns:
+            An instance of ``cls``; the caller raises it.
+        """
+        return cls(f"{name}: {cause}")
+
+
+class CorruptInputError(ConnectorError):
+    """The input has the right type but its structure cannot be parsed or decoded."""
+
+
+class EncryptedInputError(ConnectorError):
+    """The input is encrypted (e.g. a PDF that needs a password) and cannot be read without it."""
+
+
+class EmptyInputError(ConnectorError):
+    """The input has no content: zero bytes, a PDF with zero pages, a video with no frames."""
+
+
+class UnsupportedInputError(ConnectorError):
+    """The input is of the wrong type for this connector (e.g. a PNG handed to the PDF reader)."""
+
+
+class OversizedInputError(ConnectorError):
+    """The input exceeds a configured cap (bytes, pages, seconds, frames)."""
+
+
+class TruncatedInputError(ConnectorError):
+    """The input ends early: its container says more data follows than the bytes hold."""
+
+
+def input_name(row: dict[str, Any], *, kind: str = "input") -> str:
+    """How error messages name a row's input: its ``path`` (or ``uri``) if it has one.
+
+    Args:
+        row: The input row.
+        kind: Word used when the row has no path, e.g. ``"pdf"`` gives ``"<pdf of 123 bytes>"``.
+
+    Returns:
+        A short, human-readable name for the input.
+
+    Example:
+        >>> input_name({"path": "/data/a.pdf", "bytes": b"x"})
+        '/data/a.pdf'
+        >>> input_name({"bytes": b"abc"}, kind="pdf")
+        '<pdf of 3 bytes>'
+    """
+    for key in ("path", "uri"):
+        value = row.get(key)
+        if value:
+            return str(value)
+    data = row.get("bytes")
+    size = f" of {len(data)} bytes" if isinstance(data, bytes | bytearray | memoryview) else ""
+    return f"<{kind}{size}>"
+
+
+_MAGIC: tuple[tuple[int, bytes, str], ...] = (
+    (0, b"\x89PNG\r\n\x1a\n", "PNG image"),
+    (0, b"\xff\xd8\xff", "JPEG image"),
+    (0, b"GIF8", "GIF image"),
+    (0, b"\x1aE\xdf\xa3", "Matroska/WebM video"),
+    (0, b"PK\x03\x04", "ZIP archive"),
+    (0, b"\x1f\x8b", "gzip archive"),
+    (0, b"OggS", "Ogg media"),
+    (0, b"FLV", "FLV video"),
+    (0, b"ID3", "MP3 audio"),
+    (0, b"fLaC", "FLAC audio"),
+    (0, b"\x00\x00\x01\xba", "MPEG-PS video"),
+)
+_RIFF = {b"WEBP": "WebP image", b"AVI ": "AVI video", b"WAVE": "WAV audio"}
+_IMAGE_BRANDS = (b"heic", b"heix", b"mif1", b"msf1", b"avif", b"avis")
+
+
+def sniff_format(data: bytes) -> str:
+    r"""Name the file type that ``data`` looks like, from its leading magic bytes.
+
+    Used to say *what* an input is when it is not what a connector expects ("not a PDF (looks like
+    a PNG image)"). Only a handful of common formats are known; anything else is ``"text"`` or
+    ``"unknown binary"``.
+
+    Args:
+        data: The input bytes (only the first 1 KiB is looked at).
+
+    Returns:
+        A short human-readable type name, e.g. ``"PDF document"`` or ``"MP4/QuickTime video"``.
+
+    Example:
+        >>> sniff_format(b"%PDF-1.7 ...")
+        'PDF document'
+        >>> sniff_format(b"\x89PNG\r\n\x1a\n....")
+        'PNG image'
+        >>> sniff_format(b"")
+        'empty'
+    """
+    head = bytes(data[:1024])
+    if not head:
+        return "empty"
+    if b"%PDF-" in head:
+        return "PDF document"
+    for offset, magic, name in _MAGIC:
+        if head.startswith(magic, offset):
+            return name
+    if head.startswith(b"RIFF") and head[8:12] in _RIFF:
+        return _RIFF[head[8:12]]
+    if head[4:8] == b"ftyp":
+        return "HEIF/AVIF image" if head[8:12] in _IMAGE_BRANDS else "MP4/QuickTime video"
+    if len(head) > 188 and head[0] == head[188] == 0x47:
+        return "MPEG-TS video"
+    printable = sum(32 <= b < 127 or b in (9, 10, 13) for b in head)
+    return "text" if printable >= 0.95 * len(head) else "unknown binary"

@@ -1,0 +1,387 @@
+"""PDF connector: a document becomes ordered pages (pypdfium2), and pages get a normalized text.
+
+Two pieces, each behind the small interface lineage_data expects:
+
+* :func:`render_pages` (or the callable class :class:`PdfPages`) is an **expand** function: one row
+  holding PDF bytes in, one row per page out, in page order.
+* :class:`ExtractText` is a 1:1 **batch UDF** for ``map_batches(batch_format="pyarrow")`` that turns
+  the page text layer into clean text and can fail pages whose text layer is (nearly) empty.
+
+A typical plan::
+
+    pages = docs.expand_lineage(PdfPages, fn_constructor_kwargs={"dpi": 100})
+    text = pages.map_batches(ExtractText, fn_constructor_kwargs={"min_chars": 20})
+
+Bad inputs raise the typed errors of :mod:`connectors.errors` before the first page is yielded, so
+a rejected document never has half of its pages in flight. PDFium is not thread-safe: run one
+render per worker process (Ray Data's default), not several threads of one actor.
+
+Needs ``pip install 'lineage-data[pdf]'`` (pypdfium2, and pillow to encode page images). This
+module imports neither until it is called.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import unicodedata
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from connectors.errors import (
+    CorruptInputError,
+    EmptyInputError,
+    EncryptedInputError,
+    OversizedInputError,
+    TruncatedInputError,
+    UnsupportedInputError,
+    input_name,
+    sniff_format,
+)
+from lineage_data._core.failures import RecordFailure
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["ExtractText", "PdfPages", "normalize_text", "render_pages"]
+
+_MiB = 1 << 20
+_IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG"}
+# PDFium's FPDF_GetLastError codes (fpdfview.h); stable across PDFium releases.
+_ERR_PASSWORD, _ERR_SECURITY = 4, 5
+_INSTALL_HINT = "pip install 'lineage-data[pdf]'"
+
+
+def render_pages(
+    row: dict[str, Any],
+    *,
+    dpi: float = 72,
+    max_pixels: int = 4_000_000,
+    max_pages: int | None = 2000,
+    max_bytes: int | None = 512 * _MiB,
+    render: bool = True,
+    image_format: str = "png",
+) -> Iterator[dict[str, Any]]:
+    r"""Expand one PDF row into its pages, in page order.
+
+    Reads ``row["bytes"]`` (the PDF file) and ``row.get("path")`` (only to name the input in error
+    messages). Yields, for page ``i`` of ``n``::
+
+        {"page_index": i, "page_count": n, "width": points, "height": points,
+         "image": bytes | None, "text": str}
+
+    ``width``/``height`` are the page size in PDF points (1/72 in). ``image`` is the page rendered
+    at ``dpi`` (scaled down so that width x height <= ``max_pixels``), encoded as PNG (or JPEG),
+    or None when ``render=False``. ``text`` is the page's text layer with ``\n`` line ends ("" for
+    a scanned page).
+
+    Options are checked when this is called; the input is checked on the first ``next()``, before
+    any page is yielded. The document is closed when the iterator is exhausted or closed.
+
+    Args:
+        row: The input row, with ``bytes`` and optionally ``path``.
+        dpi: Render resolution in dots per inch (72 = one pixel per point).
+        max_pixels: Cap on width x height of each rendered image.
+        max_pages: Reject documents with more pages (None: no cap).
+        max_bytes: Reject files larger than this (None: no cap).
+        render: Render page images; False skips rendering (and pillow) entirely.
+        image_format: ``"png"`` or ``"jpeg"``.
+
+    Returns:
+        An iterator of page rows.
+
+    Raises:
+        EmptyInputError: Zero bytes, or a PDF with zero pages.
+        UnsupportedInputError: The bytes are not a PDF (the message says what they look like).
+        EncryptedInputError: The PDF needs a password or uses an unsupported security handler.
+        TruncatedInputError: The file has no ``%%EOF`` marker: it was cut short.
+        CorruptInputError: PDFium cannot parse the document or one of its pages.
+        OversizedInputError: More than ``max_bytes`` bytes or ``max_pages`` pages.
+        ImportError: pypdfium2 (or pillow, when rendering) is not installed.
+
+    Example:
+        >>> from connectors.testing import make_pdf
+        >>> pages = list(render_pages({"bytes": make_pdf(2, title="a")}, render=False))
+        >>> [(p["page_index"], p["page_count"], p["text"].splitlines()[0]) for p in pages]
+        [(0, 2, 'Document a page 1 of 2'), (1, 2, 'Document a page 2 of 2')]
+    """
+    options = _PageOptions(dpi, max_pixels, max_pages, max_bytes, render, image_format)
+    return _iter_pages(row, options)
+
+
+class PdfPages:
+    """Callable-class form of :func:`render_pages`, for ``fn_constructor_kwargs``.
+
+    Takes the same keyword options as :func:`render_pages` and checks them at construction, so a
+    bad option fails when the plan is built rather than on the first document.
+
+    Example:
+        >>> from connectors.testing import make_pdf
+        >>> expand = PdfPages(render=False)
+        >>> len(list(expand({"bytes": make_pdf(3)})))
+        3
+    """
+
+    def __init__(
+        self,
+        *,
+        dpi: float = 72,
+        max_pixels: int = 4_000_000,
+        max_pages: int | None = 2000,
+        max_bytes: int | None = 512 * _MiB,
+        render: bool = True,
+        image_format: str = "png",
+    ) -> None:
+        self._options = _PageOptions(dpi, max_pixels, max_pages, max_bytes, render, image_format)
+
+    def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Expand one PDF row into its pages; see :func:`render_pages`."""
+        return _iter_pages(row, self._options)
+
+
+class _PageOptions:
+    """Validated options of :func:`render_pages`."""
+
+    __slots__ = ("dpi", "image_format", "max_bytes", "max_pages", "max_pixels", "render")
+
+    def __init__(
+        self,
+        dpi: float,
+        max_pixels: int,
+        max_pages: int | None,
+        max_bytes: int | None,
+        render: bool,
+        image_format: str,
+    ) -> None:
+        if not dpi > 0:
+            raise ValueError(f"dpi must be > 0, got {dpi!r}")
+        if max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {max_pixels!r}")
+        for name, cap in (("max_pages", max_pages), ("max_bytes", max_bytes)):
+            if cap is not None and cap < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {cap!r}")
+        if image_format.lower() not in _IMAGE_FORMATS:
+            known = sorted(_IMAGE_FORMATS)
+            raise ValueError(f"image_format must be one of {known}, got {image_format!r}")
+        self.dpi, self.max_pixels = float(dpi), int(max_pixels)
+        self.max_pages, self.max_bytes = max_pages, max_bytes
+        self.render, self.image_format = bool(render), _IMAGE_FORMATS[image_format.lower()]
+
+
+def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str, Any]]:
+    """The generator behind :func:`render_pages`: open, check, yield pages, always close."""
+    pdfium = _import_pdfium()
+    name = input_name(row, kind="pdf")
+    data = _checked_bytes(row, name, options.max_bytes)  # alive until the document closes
+    document = _open_document(pdfium, data, name)
+    try:
+        count = len(document)
+        if options.max_pages is not None and count > options.max_pages:
+            raise OversizedInputError.for_input(
+                name, f"{count} pages exceed max_pages={options.max_pages}"
+            )
+        for index in range(count):
+            yield _read_page(pdfium, document, index, count, name, options)
+    finally:
+        document.close()
+
+
+def _import_pdfium() -> Any:
+    try:
+        import pypdfium2
+    except ImportError as exc:
+        raise ImportError(f"the PDF connector needs pypdfium2: {_INSTALL_HINT}") from exc
+    return pypdfium2
+
+
+def _checked_bytes(row: dict[str, Any], name: str, max_bytes: int | None) -> bytes:
+    """``row["bytes"]`` as ``bytes``, after the checks that need no parser."""
+    if "bytes" not in row:
+        raise KeyError(f"{name}: the PDF row has no 'bytes' column (columns: {sorted(row)})")
+    raw = row["bytes"]
+    if raw is None or len(raw) == 0:
+        raise EmptyInputError.for_input(name, "the file is empty (0 bytes)")
+    data = raw if isinstance(raw, bytes) else bytes(raw)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise OversizedInputError.for_input(
+            name, f"{len(data)} bytes exceed max_bytes={max_bytes}"
+        )
+    kind = sniff_format(data)
+    if kind != "PDF document":
+        raise UnsupportedInputError.for_input(name, f"not a PDF (looks like {kind})")
+    if data.rfind(b"%%EOF") < 0:
+        # PDFium would rebuild a cut file from what is left and silently return fewer pages.
+        raise TruncatedInputError.for_input(
+            name, f"no %%EOF marker in {len(data)} bytes: the file was cut short"
+        )
+    return data
+
+
+def _open_document(pdfium: Any, data: bytes, name: str) -> Any:
+    """Open ``data`` with PDFium, turning load failures into typed errors.
+
+    The raw API is used so that a document with zero pages is closed again (pypdfium2's own
+    constructor raises on it without closing the handle). PDFium reads lazily from ``data``: the
+    caller keeps ``data`` alive until the document is closed.
+    """
+    raw = pdfium.raw
+    handle = raw.FPDF_LoadMemDocument64(data, len(data), None)
+    if not handle:
+        code = raw.FPDF_GetLastError()
+        if code == _ERR_PASSWORD:
+            raise EncryptedInputError.for_input(name, "the PDF is encrypted and needs a password")
+        if code == _ERR_SECURITY:
+            raise EncryptedInputError.for_input(name, "the PDF uses an unknown security handler")
+        reason = pdfium.internal.ErrorToStr.get(code, f"error {code}")
+        raise CorruptInputError.for_input(name, f"PDFium cannot parse the document ({reason})")
+    if raw.FPDF_GetPageCount(handle) < 1:
+        raw.FPDF_CloseDocument(handle)
+        raise EmptyInputError.for_input(name, "the PDF has zero pages")
+    return pdfium.PdfDocument(handle)
+
+
+def _read_page(
+    pdfium: Any, document: Any, index: int, count: int, name: str, options: _PageOptions
+) -> dict[str, Any]:
+    """Read one page into a page row, closing every PDFium object it opened."""
+    try:
+        page = document[index]
+    except pdfium.PdfiumError as exc:
+        raise CorruptInputError.for_input(name, f"page {index} cannot be loaded ({exc})") from exc
+    try:
+        width, height = page.get_size()
+        textpage = page.get_textpage()
+        try:
+            text = textpage.get_text_range()
+        finally:
+            textpage.close()
+        image = _render(page, width, height, options) if options.render else None
+    except pdfium.PdfiumError as exc:
+        raise CorruptInputError.for_input(name, f"page {index} cannot be read ({exc})") from exc
+    finally:
+        page.close()
+    return {
+        "page_index": index,
+        "page_count": count,
+        "width": float(width),
+        "height": float(height),
+        "image": image,
+        "text": text.replace("\r\n", "\n").replace("\r", "\n"),
+    }
+
+
+def render_scale(width: float, height: float, *, dpi: float, max_pixels: int) -> float:
+    """The PDFium render scale for a page of ``width`` x ``height`` points.
+
+    ``dpi / 72``, reduced when needed so that the rendered bitmap (PDFium rounds each side up)
+    has at most ``max_pixels`` pixels.
+
+    Example:
+        >>> render_scale(612, 792, dpi=144, max_pixels=10**9)
+        2.0
+        >>> s = render_scale(612, 792, dpi=300, max_pixels=1_000_000)
+        >>> math.ceil(612 * s) * math.ceil(792 * s) <= 1_000_000
+        True
+    """
+    scale = dpi / 72
+    area = max(width, 1e-6) * max(height, 1e-6)
+    if math.ceil(width * scale) * math.ceil(height * scale) > max_pixels:
+        scale = math.sqrt(max_pixels / area)
+        while scale > 0 and math.ceil(width * scale) * math.ceil(height * scale) > max_pixels:
+            scale *= 0.999
+    return scale
+
+
+def _render(page: Any, width: float, height: float, options: _PageOptions) -> bytes:
+    """Render ``page`` and encode it as PNG or JPEG bytes."""
+    scale = render_scale(width, height, dpi=options.dpi, max_pixels=options.max_pixels)
+    bitmap = page.render(scale=scale, rev_byteorder=True)
+    try:
+        image = bitmap.to_pil()
+        out = io.BytesIO()
+        if options.image_format == "PNG":
+            # Level 1: this is the hot loop; the default level 6 costs far more time than it saves.
+            image.save(out, format="PNG", compress_level=1)
+        else:
+            image.convert("RGB").save(out, format="JPEG", quality=90)
+        return out.getvalue()
+    except ImportError as exc:
+        raise ImportError(f"rendering PDF pages needs pillow: {_INSTALL_HINT}") from exc
+    finally:
+        bitmap.close()
+
+
+# ------------------------------------------------------------------------------------------- text
+
+_CONTROL = re.compile(r"[^\S\n]+")  # runs of whitespace other than newlines
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+
+def normalize_text(text: str) -> str:
+    r"""Normalize a page's text layer for training data.
+
+    Applies Unicode NFKC (ligatures such as "ﬁ" become "fi"), drops control and format characters
+    (PDFium's soft hyphens and NULs), turns ``\r\n`` and ``\r`` into ``\n``, collapses runs of
+    spaces and tabs into one space, strips each line, keeps at most one blank line in a row and
+    strips the whole text.
+
+    Example:
+        >>> normalize_text("  ﬁrst\tline \r\n\r\n\r\n\x00second  ")
+        'first line\n\nsecond'
+    """
+    text = unicodedata.normalize("NFKC", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = "".join(
+        ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf")
+    )
+    lines = (_CONTROL.sub(" ", line).strip() for line in text.split("\n"))
+    return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
+
+
+class ExtractText:
+    """Page-level batch UDF: clean text and its length, exactly one output row per input row.
+
+    For ``map_batches(ExtractText, batch_format="pyarrow", fn_constructor_kwargs={...})``. Reads
+    the ``column`` column (``"text"``, as :func:`render_pages` yields it) and returns
+    ``{"text": [...], "chars": [...]}``: :func:`normalize_text` of each value (null counts as "")
+    and its length. A row whose clean text has fewer than ``min_chars`` characters gets
+    ``RecordFailure("empty text layer")`` as its ``text`` value, which lineage_data turns into a
+    FAILED page (a scanned page with no text layer, say) while its siblings go on.
+
+    Args:
+        min_chars: Fail rows with fewer characters (0: never fail).
+        column: Name of the input text column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> out = ExtractText(min_chars=3)(pa.table({"text": [" a  b ", None, "page 1"]}))
+        >>> out["chars"], out["text"][0], out["text"][1].cause, out["text"][2]
+        ([3, 0, 6], 'a b', 'empty text layer', 'page 1')
+    """
+
+    def __init__(self, *, min_chars: int = 0, column: str = "text") -> None:
+        if min_chars < 0:
+            raise ValueError(f"min_chars must be >= 0, got {min_chars!r}")
+        self.min_chars = min_chars
+        self.column = column
+
+    def __call__(self, batch: pa.Table | dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """Clean one batch; see the class docstring."""
+        values = _column_values(batch, self.column)
+        texts: list[Any] = []
+        chars: list[int] = []
+        for value in values:
+            clean = normalize_text(value or "")
+            chars.append(len(clean))
+            short = len(clean) < self.min_chars
+            texts.append(RecordFailure("empty text layer") if short else clean)
+        return {"text": texts, "chars": chars}
+
+
+def _column_values(batch: Any, column: str) -> list[Any]:
+    """``batch[column]`` as a Python list, for a pyarrow Table/RecordBatch or a dict of lists."""
+    names = batch.column_names if hasattr(batch, "column_names") else list(batch)
+    if column not in names:
+        raise KeyError(f"ExtractText: the batch has no {column!r} column (columns: {names})")
+    values = batch[column]
+    return values.to_pylist() if hasattr(values, "to_pylist") else list(values)

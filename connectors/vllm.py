@@ -1,0 +1,533 @@
+r"""vLLM offline inference as a batch stage: one engine per actor, one ``generate`` call per batch.
+
+:class:`VllmStage` is a callable class for ``map_batches``; each actor builds one ``vllm.LLM`` in
+its constructor and sends every row of a batch to ``LLM.generate`` in a single call::
+
+    captions = pages.map_batches(
+        VllmStage,
+        batch_format="pyarrow",
+        num_gpus=1,
+        concurrency=4,
+        fn_constructor_kwargs={
+            "model": "/models/llava-1.5-7b-hf",
+            "prompt_template": "USER: <image>\n{text}\nASSISTANT:",
+            "sampling_params": {"max_tokens": 128, "temperature": 0.0},
+            "engine_kwargs": {"max_model_len": 4096},
+        },
+    )
+
+Failure policy: a problem that belongs to one row (an image that does not decode, a template that
+does not format, a request that finishes with ``finish_reason`` ``"error"`` or ``"abort"``) becomes
+``RecordFailure(cause)`` in that row's output; any exception raised by ``LLM.generate`` itself (a
+dead engine, or an input vLLM rejects, which fails the whole call) propagates so the batch fails and
+is retried. :class:`EchoLLM` is a CPU stand-in with vLLM's offline interface for demos and tests.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import string
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import count
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from lineage_data._core.errors import describe
+from lineage_data._core.failures import RecordFailure
+
+__all__ = [
+    "DEFAULT_PROMPT_TEMPLATE",
+    "NUM_GENERATED_TOKENS",
+    "NUM_PROMPT_TOKENS",
+    "EchoCompletionOutput",
+    "EchoLLM",
+    "EchoRequestOutput",
+    "LLMLike",
+    "VllmStage",
+]
+
+INSTALL_HINT = "pip install 'lineage-data[vllm]'"
+DEFAULT_PROMPT_TEMPLATE = "{text}"
+NUM_PROMPT_TOKENS = "num_prompt_tokens"
+NUM_GENERATED_TOKENS = "num_generated_tokens"
+
+# vLLM's finish reasons are "stop", "length", "abort", "error" and "repetition"; the last two of
+# these stop early by design, the first pair say the request produced no usable completion.
+FAILED_FINISH_REASONS = frozenset({"abort", "error"})
+
+
+class LLMLike(Protocol):
+    """The part of ``vllm.LLM`` the stage uses: its offline ``generate``."""
+
+    def generate(
+        self, prompts: Sequence[Any], sampling_params: Any = None, *, use_tqdm: bool = True
+    ) -> list[Any]:
+        """One ``RequestOutput``-like object per prompt, in prompt order."""
+        ...
+
+
+class VllmStage:
+    """A ``map_batches`` callable that runs one vLLM ``generate`` call per batch.
+
+    Each row becomes one prompt dict ``{"prompt": str, "multi_modal_data": {...}}``: the text is
+    ``prompt_template`` formatted with the row's columns; the image (PNG/JPEG bytes) is decoded
+    with Pillow into an RGB ``PIL.Image``; the frames of a clip (a list of JPEG bytes) become a list
+    of images, sent as several ``"image"`` items or as one ``"video"`` item (``frames_as``).
+    Multi-image prompts need ``engine_kwargs={"limit_mm_per_prompt": {"image": N}}`` in vLLM.
+
+    The result has exactly one row per input row, in input order, with the columns
+    ``output_column`` (the first completion's text, or a ``RecordFailure``), ``num_prompt_tokens``
+    and ``num_generated_tokens`` (``None`` when unknown or when the row failed).
+
+    Example (on CPU, with the stand-in engine):
+        >>> import pyarrow as pa
+        >>> stage = VllmStage("echo", image_column=None, llm_factory=EchoLLM)
+        >>> stage(pa.table({"text": ["a page", "another page"]}))["generation"]
+        ['echo: a page', 'echo: another page']
+
+    Args:
+        model: Model name or local path, passed to the engine as ``model=``.
+        prompt_template: ``str.format`` template; its fields name columns of the batch.
+        image_column: Column of encoded image bytes, or ``None`` for no single image.
+        frames_column: Column of lists of encoded frames (video clips), or ``None``.
+        frames_as: ``"image"`` (frames as an image list) or ``"video"`` (one video item).
+        text_columns: If given, the only columns the template may name (checked here);
+            empty lets it name any non-media column of the batch.
+        output_column: Name of the generated-text column.
+        sampling_params: Keyword arguments for ``vllm.SamplingParams``; ``None`` keeps the
+            model's defaults.
+        engine_kwargs: Extra keyword arguments for ``vllm.LLM`` (``max_model_len``, ...).
+        llm_factory: Called as ``llm_factory(model=model, **engine_kwargs)`` instead of
+            ``vllm.LLM``; the result must implement :class:`LLMLike` (e.g. :class:`EchoLLM`).
+        sampling_params_factory: Called as ``factory(**sampling_params)`` instead of
+            ``vllm.SamplingParams``. When ``llm_factory`` is given and this is not, the
+            sampling parameters are passed to ``generate`` as a plain dict.
+
+    Raises:
+        ImportError: vLLM is needed (no ``llm_factory``) but not installed.
+        ValueError: The template or the column options contradict each other.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+        image_column: str | None = "image",
+        frames_column: str | None = None,
+        frames_as: str = "image",
+        text_columns: Sequence[str] = (),
+        output_column: str = "generation",
+        sampling_params: Mapping[str, Any] | None = None,
+        engine_kwargs: Mapping[str, Any] | None = None,
+        llm_factory: Callable[..., LLMLike] | None = None,
+        sampling_params_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        if frames_as not in ("image", "video"):
+            raise ValueError(f"frames_as must be 'image' or 'video', got {frames_as!r}")
+        if output_column in (NUM_PROMPT_TOKENS, NUM_GENERATED_TOKENS):
+            raise ValueError(f"output_column {output_column!r} clashes with a token-count column")
+        fields = _template_fields(prompt_template)
+        if text_columns and (unknown := sorted(fields - set(text_columns))):
+            raise ValueError(f"prompt_template uses {unknown}, which are not in text_columns")
+        if media := sorted(fields & {image_column, frames_column}):
+            raise ValueError(f"prompt_template uses the media column(s) {media}")
+        self._template = prompt_template
+        self._fields = fields
+        self._image_column = image_column
+        self._frames_column = frames_column
+        self._frames_as = frames_as
+        self._output_column = output_column
+        self._model = model
+        self._engine_kwargs = dict(engine_kwargs or {})
+        self._llm_factory = llm_factory or _vllm_attribute("LLM")
+        if sampling_params is None:
+            self._sampling_params: Any = None
+        elif sampling_params_factory is not None:
+            self._sampling_params = sampling_params_factory(**sampling_params)
+        elif llm_factory is None:
+            self._sampling_params = _vllm_attribute("SamplingParams")(**sampling_params)
+        else:
+            self._sampling_params = dict(sampling_params)
+        self._llm: LLMLike | None = self._llm_factory(model=model, **self._engine_kwargs)
+
+    def __call__(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+        """Generate one output per row of ``batch``, in row order.
+
+        Args:
+            batch: The rows, as a ``pyarrow.Table`` (or a mapping of column name to values).
+
+        Returns:
+            Columns ``output_column``, ``num_prompt_tokens`` and ``num_generated_tokens``.
+
+        Raises:
+            ValueError: The batch lacks a column the stage is configured to read.
+            Exception: Whatever ``LLM.generate`` raises, unchanged (the batch fails).
+        """
+        columns, num_rows = self._columns(batch)
+        values: list[Any] = [None] * num_rows
+        prompt_tokens: list[int | None] = [None] * num_rows
+        generated_tokens: list[int | None] = [None] * num_rows
+        prompts: list[dict[str, Any]] = []
+        rows: list[int] = []  # rows[i] is the input row of prompts[i]
+        for row in range(num_rows):
+            prompt_or_failure = self._prompt(columns, row)
+            if isinstance(prompt_or_failure, RecordFailure):
+                values[row] = prompt_or_failure
+            else:
+                prompts.append(prompt_or_failure)
+                rows.append(row)
+        if prompts:
+            outputs = self._generate(prompts)
+            for row, output in zip(rows, outputs, strict=True):
+                values[row], prompt_tokens[row], generated_tokens[row] = _read_output(output)
+        return {
+            self._output_column: values,
+            NUM_PROMPT_TOKENS: prompt_tokens,
+            NUM_GENERATED_TOKENS: generated_tokens,
+        }
+
+    def _columns(
+        self, batch: pa.Table | Mapping[str, Sequence[Any]]
+    ) -> tuple[dict[str, list[Any]], int]:
+        names = list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+        wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
+        wanted |= self._fields
+        if missing := sorted(wanted - set(names)):
+            raise ValueError(f"VllmStage: the batch has no column {missing}; it has {names}")
+        if isinstance(batch, pa.Table):
+            columns = {name: batch.column(name).to_pylist() for name in wanted}
+            return columns, batch.num_rows
+        columns = {name: list(batch[name]) for name in wanted}
+        return columns, len(batch[names[0]]) if names else 0
+
+    def _prompt(self, columns: dict[str, list[Any]], row: int) -> dict[str, Any] | RecordFailure:
+        """The prompt dict of one row, or the reason it cannot be built."""
+        try:
+            text = self._template.format_map(
+                {name: _text(columns[name][row]) for name in self._fields}
+            )
+        except Exception as exc:  # a value that does not fit its field's format spec
+            return RecordFailure(f"VllmStage: prompt_template does not format: {describe(exc)}")
+        images: list[Any] = []
+        if self._image_column is not None and columns[self._image_column][row] is not None:
+            try:
+                images.append(_decode_image(columns[self._image_column][row]))
+            except Exception as exc:
+                return RecordFailure(
+                    f"VllmStage: image in column {self._image_column!r} does not decode: "
+                    f"{describe(exc)}"
+                )
+        frames: list[Any] = []
+        if self._frames_column is not None and columns[self._frames_column][row]:
+            for index, data in enumerate(columns[self._frames_column][row]):
+                try:
+                    frames.append(_decode_image(data))
+                except Exception as exc:
+                    return RecordFailure(
+                        f"VllmStage: frame {index} in column {self._frames_column!r} does not "
+                        f"decode: {describe(exc)}"
+                    )
+        media = [c for c in (self._image_column, self._frames_column) if c is not None]
+        if media and not images and not frames:
+            return RecordFailure(f"VllmStage: the row has no image in column(s) {media}")
+        return {"prompt": text, **self._multi_modal_data(images, frames)}
+
+    def _multi_modal_data(self, images: list[Any], frames: list[Any]) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self._frames_as == "video" and frames:
+            data["video"] = frames
+            frames = []
+        items = images + frames
+        if len(items) == 1:
+            data["image"] = items[0]
+        elif items:
+            data["image"] = items
+        return {"multi_modal_data": data} if data else {}
+
+    def _generate(self, prompts: list[dict[str, Any]]) -> list[Any]:
+        if self._llm is None:  # the engine died during an earlier batch: start a fresh one
+            self._llm = self._llm_factory(model=self._model, **self._engine_kwargs)
+        try:
+            outputs = self._llm.generate(
+                prompts, sampling_params=self._sampling_params, use_tqdm=False
+            )
+        except Exception as exc:
+            if _is_engine_dead(exc):
+                self._llm = None
+            raise
+        outputs = list(outputs)
+        _check_alignment(prompts, outputs)
+        return outputs
+
+
+def _template_fields(template: str) -> frozenset[str]:
+    """The column names a format template refers to (``{meta[page]}`` refers to ``meta``)."""
+    names = set()
+    for _, field_name, _, _ in string.Formatter().parse(template):
+        if field_name is None:
+            continue
+        name = re.split(r"[.\[]", field_name, maxsplit=1)[0]
+        if not name or name.isdigit():
+            raise ValueError(f"prompt_template fields must name columns, got {{{field_name}}}")
+        names.add(name)
+    return frozenset(names)
+
+
+def _text(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _decode_image(data: Any) -> Any:
+    """Decode encoded image bytes into an RGB ``PIL.Image`` (fully loaded, so errors show here)."""
+    image_module = _pil_image()
+    if isinstance(data, image_module.Image):
+        image = data
+    elif isinstance(data, bytes | bytearray | memoryview):
+        image = image_module.open(io.BytesIO(data))
+        image.load()
+    else:
+        raise TypeError(f"expected encoded image bytes, got {type(data).__name__}")
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def _check_alignment(prompts: list[dict[str, Any]], outputs: list[Any]) -> None:
+    """Raise unless ``outputs[i]`` is the answer to ``prompts[i]`` as far as the outputs tell.
+
+    vLLM documents its result as "in the same order as the input prompts"; its request ids are
+    increasing integers and text-only outputs repeat their prompt, so both are checked.
+    """
+    if len(outputs) != len(prompts):
+        raise RuntimeError(
+            f"VllmStage: the engine returned {len(outputs)} outputs for {len(prompts)} prompts"
+        )
+    answered = [o for o in outputs if not isinstance(o, BaseException)]
+    ids = [getattr(o, "request_id", None) for o in answered]
+    if ids and None not in ids:
+        if len(set(ids)) != len(ids):
+            raise RuntimeError(f"VllmStage: the engine returned duplicate request ids {ids}")
+        numeric = [int(str(i)) for i in ids if str(i).isdigit()]
+        if len(numeric) == len(ids) and numeric != sorted(numeric):
+            raise RuntimeError(f"VllmStage: the engine returned outputs out of order: {ids}")
+    for index, (prompt, output) in enumerate(zip(prompts, outputs, strict=True)):
+        if isinstance(output, BaseException) or "multi_modal_data" in prompt:
+            continue  # a multimodal prompt may come back with its placeholders expanded
+        echoed = getattr(output, "prompt", None)
+        if echoed is not None and echoed != prompt["prompt"]:
+            raise RuntimeError(
+                f"VllmStage: output {index} answers prompt {echoed!r}, not {prompt['prompt']!r}"
+            )
+
+
+def _read_output(output: Any) -> tuple[Any, int | None, int | None]:
+    """``(text or RecordFailure, prompt tokens, generated tokens)`` of one request's output."""
+    if isinstance(output, BaseException):
+        return RecordFailure(f"VllmStage: the request failed: {describe(output)}"), None, None
+    completions = getattr(output, "outputs", None)
+    if not completions:
+        return RecordFailure("VllmStage: the request returned no completion"), None, None
+    if getattr(output, "finished", True) is False:
+        return RecordFailure("VllmStage: the request did not finish"), None, None
+    first = completions[0]
+    reason = getattr(first, "finish_reason", None)
+    if reason is not None and str(reason) in FAILED_FINISH_REASONS:
+        return RecordFailure(f"VllmStage: the request finished with {str(reason)!r}"), None, None
+    text = getattr(first, "text", None)
+    if text is None:
+        return RecordFailure("VllmStage: the completion has no text"), None, None
+    prompt_ids = getattr(output, "prompt_token_ids", None)
+    token_ids = getattr(first, "token_ids", None)
+    return (
+        text,
+        None if prompt_ids is None else len(prompt_ids),
+        None if token_ids is None else len(token_ids),
+    )
+
+
+def _is_engine_dead(exc: BaseException) -> bool:
+    """True for vLLM's ``EngineDeadError`` (matched by name, so vLLM need not be importable)."""
+    return any(cls.__name__ == "EngineDeadError" for cls in type(exc).__mro__)
+
+
+def _vllm_attribute(name: str) -> Any:
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ImportError(f"VllmStage needs vLLM: {INSTALL_HINT}") from exc
+    return getattr(vllm, name)
+
+
+def _pil_image() -> Any:
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise ImportError(f"VllmStage needs Pillow to decode images: {INSTALL_HINT}") from exc
+    return Image
+
+
+# --- EchoLLM: the CPU stand-in -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EchoCompletionOutput:
+    """One completion, shaped like ``vllm.CompletionOutput``."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    stop_reason: int | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EchoRequestOutput:
+    """One request's result, shaped like ``vllm.RequestOutput``."""
+
+    request_id: str
+    prompt: str
+    prompt_token_ids: list[int]
+    outputs: list[EchoCompletionOutput]
+    finished: bool = True
+
+
+_TEXT_PROMPT_KEYS = frozenset({"prompt", "multi_modal_data", "mm_processor_kwargs"})
+
+
+class EchoLLM:
+    """A deterministic CPU stand-in for ``vllm.LLM`` with the same offline ``generate`` interface.
+
+    The "model" answers ``"echo [image 64x48]: <prompt>"``, naming the media it was given
+    (``image WxH``, ``video FRAMESxWxH``) ahead of the prompt so that truncation keeps them, so a
+    pipeline's plumbing can be checked without a GPU. Tokens are the UTF-8 bytes of the text;
+    ``max_tokens`` (from a dict or an object such as ``vllm.SamplingParams``) truncates the answer
+    with ``finish_reason="length"``; without it the answer is never truncated (vLLM's own default
+    is 16 tokens). Inputs are checked against the shapes vLLM documents: ``TypeError`` for a wrong
+    type, ``ValueError`` for a wrong value, raised from ``generate`` for the whole call, as vLLM
+    does.
+
+    Example:
+        >>> llm = EchoLLM(model="echo")
+        >>> [out] = llm.generate(["hello"], {"max_tokens": 4}, use_tqdm=False)
+        >>> out.outputs[0].text, out.outputs[0].finish_reason
+        ('echo', 'length')
+
+    Args:
+        model: Recorded only.
+        engine_kwargs: Recorded; ``limit_mm_per_prompt`` (``{"image": N}``) is enforced.
+    """
+
+    def __init__(self, model: str = "echo", **engine_kwargs: Any) -> None:
+        self.model = model
+        self.engine_kwargs = engine_kwargs
+        self._ids = count()
+
+    def __repr__(self) -> str:
+        return f"EchoLLM(model={self.model!r})"
+
+    def generate(
+        self,
+        prompts: Any,
+        sampling_params: Any = None,
+        *,
+        use_tqdm: bool = True,
+    ) -> list[EchoRequestOutput]:
+        """Answer every prompt, in prompt order.
+
+        Args:
+            prompts: A prompt or a sequence of prompts: ``str`` or
+                ``{"prompt": str, "multi_modal_data": {...}}``.
+            sampling_params: ``None``, one set for all prompts, or a list with one per prompt.
+            use_tqdm: Accepted for compatibility; no progress bar is shown.
+
+        Returns:
+            One :class:`EchoRequestOutput` per prompt, in prompt order.
+
+        Raises:
+            TypeError: A prompt or its multimodal data has the wrong type.
+            ValueError: Lengths disagree or a modality exceeds ``limit_mm_per_prompt``.
+        """
+        if isinstance(prompts, str | dict):
+            prompts = [prompts]
+        if not isinstance(prompts, Sequence):
+            raise TypeError(f"prompts must be a prompt or a sequence, got {type(prompts).__name__}")
+        if isinstance(sampling_params, list) and len(sampling_params) != len(prompts):
+            raise ValueError("The lengths of prompts and params must be the same.")
+        parsed = [self._parse(prompt) for prompt in prompts]
+        outputs = []
+        for index, (text, media) in enumerate(parsed):
+            params = (
+                sampling_params[index] if isinstance(sampling_params, list) else sampling_params
+            )
+            outputs.append(self._answer(text, media, _max_tokens(params)))
+        return outputs
+
+    def _parse(self, prompt: Any) -> tuple[str, str]:
+        if isinstance(prompt, str):
+            return prompt, ""
+        if not isinstance(prompt, dict):
+            raise TypeError(f"a prompt must be str or dict, got {type(prompt).__name__}")
+        if unknown := sorted(set(prompt) - _TEXT_PROMPT_KEYS):
+            raise TypeError(f"unexpected prompt keys {unknown}")
+        text = prompt.get("prompt")
+        if not isinstance(text, str):
+            raise TypeError(f"prompt['prompt'] must be str, got {type(text).__name__}")
+        data = prompt.get("multi_modal_data", {})
+        if not isinstance(data, dict):
+            raise TypeError(f"multi_modal_data must be a dict, got {type(data).__name__}")
+        return text, self._describe_media(data)
+
+    def _describe_media(self, data: dict[str, Any]) -> str:
+        image_cls = _pil_image().Image
+        parts = []
+        for modality, items in data.items():
+            if modality == "image":
+                images = items if isinstance(items, list) else [items]
+                if not images or not all(isinstance(i, image_cls) for i in images):
+                    raise TypeError("multi_modal_data['image'] must be a PIL image or a list")
+                self._check_limit("image", len(images))
+                parts += [f"image {i.width}x{i.height}" for i in images]
+            elif modality == "video":
+                if not isinstance(items, list) or not items:
+                    raise TypeError("multi_modal_data['video'] must be a non-empty list")
+                videos = items if isinstance(items[0], list) else [items]
+                for frames in videos:
+                    if not frames or not all(isinstance(f, image_cls) for f in frames):
+                        raise TypeError("a video must be a non-empty list of PIL images")
+                self._check_limit("video", len(videos))
+                parts += [f"video {len(v)}x{v[0].width}x{v[0].height}" for v in videos]
+            else:
+                raise TypeError(f"EchoLLM supports image and video, not {modality!r}")
+        return f" [{', '.join(parts)}]" if parts else ""
+
+    def _check_limit(self, modality: str, n: int) -> None:
+        limit = (self.engine_kwargs.get("limit_mm_per_prompt") or {}).get(modality)
+        if isinstance(limit, int) and n > limit:
+            raise ValueError(f"limit_mm_per_prompt allows {limit} {modality} item(s), got {n}")
+
+    def _answer(self, prompt: str, media: str, max_tokens: int | None) -> EchoRequestOutput:
+        answer = f"echo{media}: {prompt}".encode()
+        token_ids = list(answer if max_tokens is None else answer[:max_tokens])
+        truncated = len(token_ids) < len(answer)
+        completion = EchoCompletionOutput(
+            index=0,
+            text=bytes(token_ids).decode("utf-8", errors="ignore"),
+            token_ids=token_ids,
+            finish_reason="length" if truncated else "stop",
+        )
+        return EchoRequestOutput(
+            request_id=str(next(self._ids)),
+            prompt=prompt,
+            prompt_token_ids=list(prompt.encode()),
+            outputs=[completion],
+        )
+
+
+def _max_tokens(params: Any) -> int | None:
+    if params is None:
+        return None
+    if isinstance(params, Mapping):
+        return params.get("max_tokens")
+    return getattr(params, "max_tokens", None)

@@ -1,0 +1,1 @@
+"""Ray-free lineage core: keys, outcomes, rules, per-run state and the batch operators."""

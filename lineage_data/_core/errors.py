@@ -1,0 +1,42 @@
+"""The exception tree: one root, :class:`LineageError`, and a few leaves."""
+
+from __future__ import annotations
+
+
+class LineageError(Exception):
+    """Root of every error raised by lineage_data."""
+
+
+class PlanError(LineageError):
+    """The plan is invalid; raised while it is built, before anything runs."""
+
+
+class ContractError(LineageError):
+    """A user function broke the 1:1 row contract of a stage. Never retried."""
+
+
+class UserCodeError(LineageError):
+    """A user function raised; the original exception is kept as ``__cause__``."""
+
+
+class FencingError(LineageError):
+    """A report conflicts with a fact already committed for the same work unit."""
+
+
+class DuplicateRootError(LineageError):
+    """Two source rows share one lineage root id."""
+
+
+class AccountingError(LineageError):
+    """At the end of a run, a source root did not reach exactly one terminal row."""
+
+
+def describe(exc: BaseException) -> str:
+    """The cause string kept for a failed row: ``"Type: message"``.
+
+    >>> describe(ValueError("bad page"))
+    'ValueError: bad page'
+    """
+    message = str(exc)
+    name = type(exc).__name__
+    return f"{name}: {message}" if message else name

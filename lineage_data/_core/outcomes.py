@@ -1,0 +1,131 @@
+"""Outcomes and the transition rules, as pure functions of values.
+
+Every row at every stage has one :class:`Outcome`. The rules here are the whole outcome algebra; the
+operators only apply them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import assert_never
+
+from lineage_data._core.errors import describe
+from lineage_data._core.failures import GroupFailure, RecordFailure
+
+
+class Outcome(enum.StrEnum):
+    """What became of a row."""
+
+    PRESENT = "PRESENT"
+    DROPPED = "DROPPED"
+    FAILED = "FAILED"
+    SUPPRESSED = "SUPPRESSED"
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """An outcome with its cause and the stage that decided it (both None for PRESENT rows)."""
+
+    outcome: Outcome
+    cause: str | None = None
+    stage: str | None = None
+
+    @property
+    def present(self) -> bool:
+        """True when the row carries a value."""
+        return self.outcome is Outcome.PRESENT
+
+
+PRESENT = Status(Outcome.PRESENT)
+
+
+def entering(status: Status) -> Status | None:
+    """The status a row keeps when it enters a stage, or None when the stage must run it.
+
+    A FAILED or SUPPRESSED input is SUPPRESSED at the output with its cause kept; DROPPED stays DROPPED;
+    neither calls the user function.
+
+    >>> entering(Status(Outcome.FAILED, "boom", "ocr"))
+    Status(outcome=<Outcome.SUPPRESSED: 'SUPPRESSED'>, cause='boom', stage='ocr')
+    >>> entering(PRESENT) is None
+    True
+    """
+    match status.outcome:
+        case Outcome.PRESENT:
+            return None
+        case Outcome.DROPPED:
+            return status
+        case Outcome.FAILED | Outcome.SUPPRESSED:
+            return Status(Outcome.SUPPRESSED, status.cause, status.stage)
+        case _:
+            assert_never(status.outcome)
+
+
+def from_value(value: object, stage: str) -> Status:
+    """The status of a row whose user function returned ``value`` (a row value or a failure value).
+
+    >>> from_value(RecordFailure("blank"), "ocr").outcome
+    <Outcome.FAILED: 'FAILED'>
+    >>> from_value(None, "ocr").outcome
+    <Outcome.PRESENT: 'PRESENT'>
+    """
+    if isinstance(value, RecordFailure | GroupFailure):
+        return Status(Outcome.FAILED, value.cause, stage)
+    return PRESENT
+
+
+def from_exception(exc: BaseException, stage: str) -> Status:
+    """The status of a row whose user function raised ``exc``: FAILED with ``"Type: message"``."""
+    return Status(Outcome.FAILED, describe(exc), stage)
+
+
+def dropped(stage: str) -> Status:
+    """The status of a row a filter rejected."""
+    return Status(Outcome.DROPPED, None, stage)
+
+
+def barred(cause: str, stage: str) -> Status:
+    """The status of a sibling stopped by a GroupFailure barrier."""
+    return Status(Outcome.SUPPRESSED, cause, stage)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupVerdict:
+    """How a parent is reduced from its children.
+
+    ``status`` is None when the reduce function must run over ``kept`` (ordinal positions into the
+    children); otherwise it is the parent's final status. ``missing`` lists ordinals left out under
+    ``on_child_failure="skip"``.
+    """
+
+    status: Status | None
+    kept: tuple[int, ...]
+    missing: tuple[int, ...]
+
+
+def reduce_group(header: Status, children: Sequence[Status], on_child_failure: str) -> GroupVerdict:
+    """Decide a parent's fate from its header status and its children's statuses (in ordinal order).
+
+    DROPPED children are left out. Under ``"fail"`` any FAILED or SUPPRESSED child makes the parent
+    SUPPRESSED with the first such cause (FAILED before SUPPRESSED, then by ordinal); under ``"skip"``
+    the rest is reduced and the failed ordinals are listed.
+
+    >>> ok, bad = PRESENT, Status(Outcome.FAILED, "blank", "ocr")
+    >>> reduce_group(PRESENT, [ok, bad], "fail").status.outcome
+    <Outcome.SUPPRESSED: 'SUPPRESSED'>
+    >>> reduce_group(PRESENT, [ok, bad], "skip")
+    GroupVerdict(status=None, kept=(0,), missing=(1,))
+    """
+    if not header.present:
+        return GroupVerdict(header, (), ())
+    kept = tuple(i for i, s in enumerate(children) if s.present)
+    broken = [i for i, s in enumerate(children) if s.outcome in (Outcome.FAILED, Outcome.SUPPRESSED)]
+    if not broken:
+        return GroupVerdict(None, kept, ())
+    if on_child_failure == "skip":
+        return GroupVerdict(None, kept, tuple(broken))
+    first = min(broken, key=lambda i: (children[i].outcome is not Outcome.FAILED, i))
+    cause = children[first]
+    return GroupVerdict(Status(Outcome.SUPPRESSED, cause.cause, cause.stage), (), ())

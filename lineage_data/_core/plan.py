@@ -1,0 +1,162 @@
+"""The lineage plan: an immutable list of stages over one source, checked as it is built."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lineage_data._core.errors import PlanError
+
+
+class Kind(enum.StrEnum):
+    """Stage kinds."""
+
+    EXPAND = "expand"
+    MAP = "map"  # map_batches: 1:1 over batches
+    MAP_ROWS = "map_rows"  # map: 1:1 row by row
+    FILTER = "filter"
+    REDUCE = "reduce"
+
+
+ON_ERROR = ("isolate", "raise")
+ON_CHILD_FAILURE = ("fail", "skip")
+BATCH_FORMATS = ("pyarrow", "pandas", "numpy", "default")
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One configured operator. ``level`` is the level of the rows it reads."""
+
+    kind: Kind
+    name: str
+    fn: Any
+    level: int
+    batch_size: int | None = None
+    batch_format: str = "pyarrow"
+    concurrency: int | tuple[int, int] | None = None
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    fn_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fn_constructor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    ray_remote_args: Mapping[str, Any] = field(default_factory=dict)
+    on_error: str = "isolate"
+    max_retries: int = 1
+    carry: tuple[str, ...] = ()
+    on_child_failure: str = "fail"
+
+    @property
+    def level_out(self) -> int:
+        """The level of the rows this stage emits."""
+        return self.level + {Kind.EXPAND: 1, Kind.REDUCE: -1}.get(self.kind, 0)
+
+    @property
+    def is_class(self) -> bool:
+        """True when ``fn`` is a callable class, built once per worker."""
+        return isinstance(self.fn, type)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where level-0 rows come from: ``items`` (a list), ``ray`` (a Dataset) or ``files`` (paths)."""
+
+    kind: str
+    payload: Any
+    id_column: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A source and the stages after it."""
+
+    source: Source
+    stages: tuple[Stage, ...] = ()
+    exclude: frozenset[str] = frozenset()
+
+    @property
+    def level(self) -> int:
+        """The level of the rows at the end of the plan (0 when every expansion is reduced)."""
+        return self.stages[-1].level_out if self.stages else 0
+
+    def then(self, stage: Stage) -> Plan:
+        """This plan with one more stage, checked now."""
+        if stage.level != self.level:
+            raise PlanError(f"stage {stage.name!r} reads level {stage.level}, the plan is at {self.level}")
+        if stage.kind is Kind.REDUCE and self.level == 0:
+            raise PlanError(f"reduce_lineage {stage.name!r}: no open level to reduce (call expand_lineage first)")
+        if any(s.name == stage.name for s in self.stages):
+            raise PlanError(f"stage name {stage.name!r} is used twice; names must be unique")
+        _check_options(stage)
+        return replace(self, stages=(*self.stages, stage))
+
+    def unique_name(self, fn: Any, kind: Kind) -> str:
+        """A default stage name from the function's name, made unique in this plan."""
+        base = kind.value if fn is None else getattr(fn, "__name__", None) or type(fn).__name__
+        if base == "<lambda>":
+            base = kind.value
+        taken = {s.name for s in self.stages}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        return name
+
+    def explain(self) -> str:
+        """The plan as text: levels, stages, options and carried columns."""
+        src = self.source
+        head = f"source {src.kind}"
+        if src.id_column:
+            head += f" (id_column={src.id_column!r})"
+        lines = [f"{head} -> level 0"]
+        if self.exclude:
+            lines.append(f"  skip {len(self.exclude)} root(s) already committed")
+        for i, stage in enumerate(self.stages):
+            indent = "  " * (min(stage.level, stage.level_out) + 1)
+            lines.append(f"{indent}[{i}] {stage.kind.value} {stage.name!r}: {_describe(stage)}")
+        if self.level:
+            lines.append(f"open levels at the end: {self.level} (rows are level-{self.level} entities)")
+        return "\n".join(lines)
+
+
+def _describe(stage: Stage) -> str:
+    parts = [f"level {stage.level} -> {stage.level_out}"]
+    for key in ("batch_size", "concurrency", "num_cpus", "num_gpus"):
+        value = getattr(stage, key)
+        if value is not None:
+            parts.append(f"{key}={value}")
+    if stage.kind in (Kind.MAP, Kind.MAP_ROWS):
+        parts.append(f"on_error={stage.on_error}")
+    if stage.carry:
+        parts.append(f"carry={list(stage.carry)}")
+    if stage.kind is Kind.REDUCE:
+        parts.append(f"on_child_failure={stage.on_child_failure}")
+    return ", ".join(parts)
+
+
+def _check_options(stage: Stage) -> None:
+    if stage.on_error not in ON_ERROR:
+        raise PlanError(f"stage {stage.name!r}: on_error must be one of {ON_ERROR}, got {stage.on_error!r}")
+    if stage.on_child_failure not in ON_CHILD_FAILURE:
+        raise PlanError(
+            f"stage {stage.name!r}: on_child_failure must be one of {ON_CHILD_FAILURE}, "
+            f"got {stage.on_child_failure!r}"
+        )
+    if stage.batch_format not in BATCH_FORMATS:
+        raise PlanError(f"stage {stage.name!r}: batch_format must be one of {BATCH_FORMATS}")
+    if stage.batch_size is not None and stage.batch_size < 1:
+        raise PlanError(f"stage {stage.name!r}: batch_size must be >= 1, got {stage.batch_size}")
+    if stage.max_retries < 0:
+        raise PlanError(f"stage {stage.name!r}: max_retries must be >= 0")
+    if stage.fn is None and stage.kind is not Kind.REDUCE:
+        raise PlanError(f"stage {stage.name!r}: fn is required")
+    if stage.fn is not None and not callable(stage.fn):
+        raise PlanError(f"stage {stage.name!r}: fn must be callable, got {type(stage.fn).__name__}")
+    if stage.is_class and stage.kind is Kind.REDUCE:
+        raise PlanError(f"reduce_lineage {stage.name!r}: fn must be a function, not a class")
+
+
+def resolve_callable(fn: Any, constructor_kwargs: Mapping[str, Any]) -> Callable[..., Any]:
+    """Build a callable class once (per worker); a function is returned as is."""
+    return fn(**constructor_kwargs) if isinstance(fn, type) else fn

@@ -1,0 +1,150 @@
+"""``reduce_lineage``: parent-local commit of each parent once its own group is complete."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lineage_data._core import columns as C
+from lineage_data._core import outcomes
+from lineage_data._core.errors import ContractError, FencingError
+from lineage_data._core.failures import is_failure
+from lineage_data._core.outcomes import Outcome, Status
+from lineage_data._core.plan import Stage
+
+GroupKey = tuple[str, tuple[int, ...]]
+
+
+def collect_children(parent: dict, children: list[dict], *, carry: Sequence[str] = ()) -> dict:
+    """The default reduce: every child column becomes an ordered list column of the parent.
+
+    >>> collect_children({"doc": "a"}, [{"text": "p0"}, {"text": "p1"}])
+    {'doc': 'a', 'text': ['p0', 'p1']}
+    """
+    names: dict[str, None] = {}
+    for child in children:
+        names.update(dict.fromkeys(k for k in child if k not in carry))
+    return {**parent, **{name: [child.get(name) for child in children] for name in names}}
+
+
+@dataclass(slots=True)
+class _Group:
+    header: dict | None = None
+    children: dict[int, dict] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.header is not None and len(self.children) == self.header[C.SIZE]
+
+
+def _status(row: Mapping) -> Status:
+    return Status(Outcome(row[C.OUTCOME]), row[C.CAUSE], row[C.STAGE])
+
+
+def _same(a: Mapping, b: Mapping) -> bool:
+    return all(a[k] == b[k] for k in (C.OUTCOME, C.CAUSE, C.SIZE))
+
+
+class ReduceOp:
+    """Holds partial groups and emits each parent the moment its group is complete.
+
+    Stateful: one instance must see every row of the level (the Ray layer runs it in one actor). A
+    duplicate row (a retried task) is ignored when identical and a :class:`FencingError` otherwise. One
+    coordinator call per batch releases the parents reduced in it and counts their outcomes.
+    """
+
+    def __init__(self, stage: Stage, coordinator: Any, *, carry: Sequence[str] = ()) -> None:
+        self._stage = stage
+        self._coordinator = coordinator
+        self._carry = tuple(carry)
+        self._fn: Callable[..., Any] | None = stage.fn
+        self._groups: dict[GroupKey, _Group] = {}
+
+    @property
+    def pending(self) -> int:
+        """Parents with a partial group held here."""
+        return len(self._groups)
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        """Process one batch; returns the parents it completed and the rows of outer levels."""
+        table = C.conform(table)
+        level = self._stage.level
+        member = pc.or_(C.depth_mask(table, level, header=False), C.depth_mask(table, level, header=True))
+        passthrough = C.lineage_only(table.filter(pc.invert(member)))
+        done: list[GroupKey] = []
+        for row in table.filter(member).to_pylist():
+            path = tuple(row[C.PATH])
+            if row[C.SIZE] is not None:
+                key, group = self._group((row[C.ROOT], path))
+                if group.header is not None and not _same(group.header, row):
+                    raise FencingError(f"conflicting headers for parent {key}")
+                group.header = row
+            else:
+                key, group = self._group((row[C.ROOT], path[:-1]))
+                previous = group.children.get(path[-1])
+                if previous is not None and not _same(previous, row):
+                    raise FencingError(f"conflicting reports for child {row[C.ROOT]}{list(path)}")
+                group.children[path[-1]] = row
+            if group.complete:
+                done.append(key)
+        out = [self._reduce(key, self._groups.pop(key)) for key in dict.fromkeys(done)]
+        if out:
+            counts = Counter(row[C.OUTCOME] for row in out)
+            self._coordinator.reduced(
+                self._stage.name, [k[0] for k in done], [k[1] for k in done], dict(counts)
+            )
+        parts = [passthrough] if passthrough.num_rows else []
+        if out:
+            parts.append(C.rows_to_table(out))
+        return C.concat(parts)
+
+    def _group(self, key: GroupKey) -> tuple[GroupKey, _Group]:
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+        return key, group
+
+    def _reduce(self, key: GroupKey, group: _Group) -> dict:
+        header = group.header
+        assert header is not None
+        children = [group.children[i] for i in range(header[C.SIZE])]
+        verdict = outcomes.reduce_group(
+            _status(header), [_status(c) for c in children], self._stage.on_child_failure
+        )
+        lineage = {C.ROOT: key[0], C.PATH: list(key[1])}
+        if verdict.status is not None:
+            return {**lineage, C.OUTCOME: verdict.status.outcome.value, C.CAUSE: verdict.status.cause,
+                    C.STAGE: verdict.status.stage}
+        parent = pickle.loads(header[C.PARENT]) if header[C.PARENT] else {}
+        kids = [{k: v for k, v in children[i].items() if not C.is_reserved(k)} for i in verdict.kept]
+        status, value = self._call(parent, kids)
+        if not status.present:
+            return {**lineage, C.OUTCOME: status.outcome.value, C.CAUSE: status.cause, C.STAGE: status.stage}
+        row = {**value, **lineage, C.OUTCOME: Outcome.PRESENT.value}
+        if self._stage.on_child_failure == "skip":
+            row[C.MISSING] = list(verdict.missing)
+        return row
+
+    def _call(self, parent: dict, kids: list[dict]) -> tuple[Status, dict]:
+        name = self._stage.name
+        try:
+            if self._fn is None:
+                value = collect_children(parent, kids, carry=self._carry)
+            else:
+                value = self._fn(parent, kids, **self._stage.fn_kwargs)
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            return outcomes.from_exception(exc, name), {}
+        if is_failure(value):
+            return outcomes.from_value(value, name), {}
+        if not isinstance(value, Mapping):
+            raise ContractError(f"reduce_lineage {name!r}: fn must return a dict, got {type(value).__name__}")
+        reserved = [k for k in value if C.is_reserved(str(k))]
+        if reserved:
+            raise ContractError(f"reduce_lineage {name!r}: result uses reserved column(s) {reserved}")
+        return outcomes.PRESENT, dict(value)

@@ -1,0 +1,122 @@
+"""The 1:1 stages (``map_batches``, ``map``, ``filter``) as a Ray-free batch operator."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lineage_data._core import columns as C
+from lineage_data._core.outcomes import Outcome
+from lineage_data._core.plan import Kind, Stage, resolve_callable
+from lineage_data._core.state import Verdict
+from lineage_data._core.udf import BatchCaller, RowCaller
+
+
+class RowStageOp:
+    """Applies one 1:1 stage to a batch of lineage rows.
+
+    Only PRESENT entities of the stage's level reach the user function; headers and rows of other levels
+    pass through; FAILED/SUPPRESSED inputs come out SUPPRESSED and DROPPED ones stay DROPPED. Two
+    coordinator calls per batch: ``handoff`` before the function (barriers, generation) and ``commit``
+    after it (new barriers, fencing, counts).
+    """
+
+    def __init__(self, stage: Stage, index: int, coordinator: Any) -> None:
+        self._stage = stage
+        self._index = index
+        self._coordinator = coordinator
+        fn = resolve_callable(stage.fn, stage.fn_constructor_kwargs)
+        if stage.kind is Kind.MAP:
+            self._call: BatchCaller | RowCaller = BatchCaller(
+                fn,
+                stage=stage.name,
+                batch_format=stage.batch_format,
+                fn_kwargs=stage.fn_kwargs,
+                on_error=stage.on_error,
+                max_retries=stage.max_retries,
+            )
+        else:
+            self._call = RowCaller(
+                fn,
+                stage=stage.name,
+                fn_kwargs=stage.fn_kwargs,
+                on_error=stage.on_error,
+                predicate=stage.kind is Kind.FILTER,
+            )
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        """Process one batch."""
+        table = C.conform(table)
+        entity = C.depth_mask(table, self._stage.level, header=False)
+        live_mask = pc.and_(entity, pc.equal(table[C.OUTCOME], Outcome.PRESENT.value))
+        parts = [C.lineage_only(table.filter(pc.invert(entity)))]
+        tomb = C.lineage_only(table.filter(pc.and_(entity, pc.invert(live_mask))))
+        tomb = tomb.set_column(
+            tomb.column_names.index(C.OUTCOME),
+            C.OUTCOME,
+            pc.replace_substring_regex(tomb[C.OUTCOME], "^FAILED$", Outcome.SUPPRESSED.value),
+        )
+        parts.append(tomb)
+        counts = Counter(tomb[C.OUTCOME].to_pylist())
+        live = table.filter(live_mask)
+        if live.num_rows:
+            parts.extend(self._run(live, counts))
+        elif counts:
+            self._coordinator.count(self._stage.name, dict(counts))
+        return C.concat([p for p in parts if p.num_rows])
+
+    def _run(self, live: pa.Table, counts: Counter[str]) -> list[pa.Table]:
+        name = self._stage.name
+        roots = live[C.ROOT].to_pylist()
+        paths = [tuple(p) for p in live[C.PATH].to_pylist()]
+        handoff = self._coordinator.handoff(self._index, roots, paths)
+        tomb_rows = [
+            {C.ROOT: roots[i], C.PATH: list(paths[i]), C.OUTCOME: "SUPPRESSED", C.CAUSE: cause, C.STAGE: name}
+            for i, cause in handoff.barred.items()
+        ]
+        counts["SUPPRESSED"] += len(tomb_rows)
+        run_idx = [i for i in range(live.num_rows) if i not in handoff.barred]
+        if not run_idx:
+            self._coordinator.count(name, dict(counts))
+            return [C.rows_to_table(tomb_rows)]
+        run = live.take(run_idx) if handoff.barred else live
+        result = self._call(run.select(C.user_columns(run.column_names)))
+        commit = self._coordinator.commit(
+            self._index,
+            handoff.generation,
+            [roots[i] for i in run_idx],
+            [paths[i] for i in run_idx],
+            [s.outcome.value for s in result.statuses],
+            [s.cause for s in result.statuses],
+            group=result.group,
+            stage=name,
+            counts=dict(counts),
+        )
+        keep: list[int] = []
+        for j, i in enumerate(run_idx):
+            status = result.statuses[j]
+            if commit.verdicts[j] is Verdict.STALE:
+                continue
+            if j in commit.suppressed:
+                tomb_rows.append(
+                    {C.ROOT: roots[i], C.PATH: list(paths[i]), C.OUTCOME: "SUPPRESSED",
+                     C.CAUSE: commit.suppressed[j], C.STAGE: name}
+                )
+            elif status.present:
+                keep.append(j)
+            else:
+                tomb_rows.append(
+                    {C.ROOT: roots[i], C.PATH: list(paths[i]), C.OUTCOME: status.outcome.value,
+                     C.CAUSE: status.cause, C.STAGE: status.stage}
+                )
+        out = [C.rows_to_table(tomb_rows)] if tomb_rows else []
+        if keep:
+            values = result.table.take(keep)
+            lineage = C.lineage_only(run.take(keep))
+            for name_ in lineage.column_names:
+                values = values.append_column(name_, lineage[name_])
+            out.append(values)
+        return out

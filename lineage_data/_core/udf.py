@@ -1,0 +1,220 @@
+"""Calling user functions on batches: format conversion, failure values, the 1:1 contract, isolation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from lineage_data._core import outcomes
+from lineage_data._core.errors import ContractError, UserCodeError, describe
+from lineage_data._core.failures import GroupFailure, is_failure
+from lineage_data._core.outcomes import Status
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """Output of a user function over ``n`` rows: the table of values and, per row, its status.
+
+    ``group[i]`` is True where row ``i`` returned a :class:`GroupFailure`. Rows that are not PRESENT have
+    null values in ``table``.
+    """
+
+    table: pa.Table
+    statuses: list[Status]
+    group: list[bool]
+
+
+def to_format(table: pa.Table, batch_format: str) -> Any:
+    """Convert an Arrow batch to what the user function asked for."""
+    if batch_format in ("pyarrow", "default"):
+        return table
+    if batch_format == "pandas":
+        return table.to_pandas()
+    if batch_format == "numpy":
+        return {name: table[name].to_numpy(zero_copy_only=False) for name in table.column_names}
+    raise ValueError(f"unknown batch_format {batch_format!r}")
+
+
+def _column_values(values: Any) -> list:
+    if isinstance(values, pa.ChunkedArray | pa.Array):
+        return values.to_pylist()
+    if hasattr(values, "tolist") and getattr(values, "dtype", None) is not None and values.dtype != object:
+        return values.tolist()
+    return list(values)
+
+
+def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
+    """Turn a user function's batch output into values and per-row statuses; check the row count."""
+    if isinstance(output, pa.Table):
+        columns: dict[str, list] | None = None
+        table = output
+        rows = table.num_rows
+    else:
+        if hasattr(output, "to_dict") and hasattr(output, "columns"):  # pandas DataFrame
+            output = {str(c): output[c].tolist() for c in output.columns}
+        if not isinstance(output, Mapping):
+            raise ContractError(
+                f"stage {stage!r}: a batch function must return a pyarrow Table, a pandas DataFrame or a "
+                f"dict of columns, got {type(output).__name__}"
+            )
+        columns = {str(k): _column_values(v) for k, v in output.items()}
+        lengths = {len(v) for v in columns.values()}
+        if len(lengths) > 1:
+            raise ContractError(f"stage {stage!r}: output columns have different lengths {sorted(lengths)}")
+        rows = lengths.pop() if lengths else expected_rows
+        table = None
+    if rows != expected_rows:
+        raise ContractError(
+            f"stage {stage!r}: expected {expected_rows} output rows for {expected_rows} input rows, got {rows}"
+        )
+    statuses = [outcomes.PRESENT] * rows
+    group = [False] * rows
+    if columns is not None:
+        for values in columns.values():
+            for i, value in enumerate(values):
+                if is_failure(value):
+                    if statuses[i].present:
+                        statuses[i] = outcomes.from_value(value, stage)
+                        group[i] = isinstance(value, GroupFailure)
+                    values[i] = None
+        table = _table(columns, rows)
+    assert table is not None
+    return BatchResult(table, statuses, group)
+
+
+def _table(columns: dict[str, list], rows: int) -> pa.Table:
+    if not columns:
+        return pa.table({"__empty__": pa.nulls(rows)}).drop(["__empty__"])
+    arrays = {}
+    for name, values in columns.items():
+        try:
+            arrays[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise ContractError(f"output column {name!r} cannot be stored as Arrow: {exc}") from exc
+    return pa.table(arrays)
+
+
+def failed_rows(n: int, status: Status) -> BatchResult:
+    """A result in which all ``n`` rows carry ``status`` and no values."""
+    return BatchResult(pa.table({"__empty__": pa.nulls(n)}).drop(["__empty__"]), [status] * n, [False] * n)
+
+
+class BatchCaller:
+    """Calls one stage's batch function with the error policy of that stage.
+
+    ``on_error="isolate"``: a batch that raises is retried ``max_retries`` times, then split in halves
+    until the rows that raise fail alone (cause ``"Type: message"``). ``on_error="raise"``: the error
+    stops the run as a :class:`UserCodeError` with the original as ``__cause__``. A
+    :class:`ContractError` is never retried.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        stage: str,
+        batch_format: str = "pyarrow",
+        fn_kwargs: Mapping[str, Any] | None = None,
+        on_error: str = "isolate",
+        max_retries: int = 1,
+    ) -> None:
+        self._fn = fn
+        self._stage = stage
+        self._format = batch_format
+        self._kwargs = dict(fn_kwargs or {})
+        self._on_error = on_error
+        self._retries = max_retries
+
+    def __call__(self, table: pa.Table) -> BatchResult:
+        """Run the function over ``table`` (user columns only)."""
+        return self._attempt(table, self._retries)
+
+    def _once(self, table: pa.Table) -> BatchResult:
+        output = self._fn(to_format(table, self._format), **self._kwargs)
+        return from_output(output, self._stage, table.num_rows)
+
+    def _attempt(self, table: pa.Table, retries: int) -> BatchResult:
+        error: Exception = RuntimeError("no attempt was made")
+        for attempt in range(retries + 1):
+            try:
+                return self._once(table)
+            except ContractError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - user code may raise anything
+                if self._on_error == "raise":
+                    raise UserCodeError(
+                        f"stage {self._stage!r} raised on a batch of {table.num_rows} rows: {describe(exc)}"
+                    ) from exc
+                error = exc
+                if attempt < retries:
+                    continue
+        if table.num_rows <= 1:
+            return failed_rows(table.num_rows, outcomes.from_exception(error, self._stage))
+        half = table.num_rows // 2
+        left = self._attempt(table.slice(0, half), 0)
+        right = self._attempt(table.slice(half), 0)
+        return merge(left, right)
+
+
+def merge(left: BatchResult, right: BatchResult) -> BatchResult:
+    """Concatenate two results in row order."""
+    table = pa.concat_tables([left.table, right.table], promote_options="permissive")
+    return BatchResult(table, left.statuses + right.statuses, left.group + right.group)
+
+
+class RowCaller:
+    """Calls a row function (``map`` or ``filter``) over a batch, one row at a time.
+
+    A row that raises fails alone under ``on_error="isolate"``.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        stage: str,
+        fn_kwargs: Mapping[str, Any] | None = None,
+        on_error: str = "isolate",
+        predicate: bool = False,
+    ) -> None:
+        self._fn = fn
+        self._stage = stage
+        self._kwargs = dict(fn_kwargs or {})
+        self._on_error = on_error
+        self._predicate = predicate
+
+    def __call__(self, table: pa.Table) -> BatchResult:
+        """Run the function on every row of ``table`` (user columns only)."""
+        rows = table.to_pylist()
+        values: list[dict | None] = []
+        statuses: list[Status] = []
+        group: list[bool] = []
+        for row in rows:
+            value, status, is_group = self._one(row)
+            values.append(value)
+            statuses.append(status)
+            group.append(is_group)
+        names: dict[str, None] = {}
+        for value in values:
+            if value:
+                names.update(dict.fromkeys(value))
+        columns = {name: [v.get(name) if v else None for v in values] for name in names}
+        return BatchResult(_table(columns, len(rows)), statuses, group)
+
+    def _one(self, row: dict) -> tuple[dict | None, Status, bool]:
+        try:
+            value = self._fn(row, **self._kwargs)
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            if self._on_error == "raise":
+                raise UserCodeError(f"stage {self._stage!r} raised on a row: {describe(exc)}") from exc
+            return None, outcomes.from_exception(exc, self._stage), False
+        if is_failure(value):
+            return None, outcomes.from_value(value, self._stage), isinstance(value, GroupFailure)
+        if self._predicate:
+            return (row, outcomes.PRESENT, False) if value else (None, outcomes.dropped(self._stage), False)
+        if not isinstance(value, Mapping):
+            raise ContractError(f"stage {self._stage!r}: map fn must return a dict per row, got {type(value).__name__}")
+        return dict(value), outcomes.PRESENT, False

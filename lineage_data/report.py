@@ -1,0 +1,88 @@
+"""The run report: per-stage outcome counts and per-parent commit times, as polars DataFrames."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+OUTCOME_COLUMNS = ("PRESENT", "DROPPED", "FAILED", "SUPPRESSED")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What one execution did.
+
+    Attributes:
+        stages: one row per stage: ``stage``, ``kind``, outcome counts (``present``, ``dropped``,
+            ``failed``, ``suppressed``) of the rows it emitted, and ``children`` for expansions.
+        parents: one row per source root: ``root``, ``outcome``, ``cause``, ``stage``, ``committed_s``
+            (seconds from the start of the run to the moment the root's terminal row was emitted).
+        wall_s: seconds from the start of the run to the end of its output.
+        coordinator_calls: batch-level calls the coordinator served.
+    """
+
+    stages: pl.DataFrame
+    parents: pl.DataFrame
+    wall_s: float
+    coordinator_calls: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: dict, stage_kinds: dict[str, str], wall_s: float) -> RunReport:
+        """Build from :meth:`LineageState.snapshot` and the plan's stage kinds (in plan order)."""
+        counts = snapshot["counts"]
+        stage_rows = []
+        for stage, kind in stage_kinds.items():
+            c = counts.get(stage, {})
+            stage_rows.append(
+                {"stage": stage, "kind": kind, **{o.lower(): int(c.get(o, 0)) for o in OUTCOME_COLUMNS},
+                 "children": int(c.get("children", 0)) if kind == "expand" else None}
+            )
+        schema = {"stage": pl.String, "kind": pl.String, **{o.lower(): pl.Int64 for o in OUTCOME_COLUMNS},
+                  "children": pl.Int64}
+        terminal = snapshot["terminal"]
+        parents = pl.DataFrame(
+            {
+                "root": list(terminal),
+                "outcome": [t[0] for t in terminal.values()],
+                "cause": [t[1] for t in terminal.values()],
+                "stage": [t[2] for t in terminal.values()],
+                "committed_s": [float(t[3]) for t in terminal.values()],
+            },
+            schema={"root": pl.String, "outcome": pl.String, "cause": pl.String, "stage": pl.String,
+                    "committed_s": pl.Float64},
+        ).sort("committed_s")
+        return cls(
+            stages=pl.DataFrame(stage_rows, schema=schema),
+            parents=parents,
+            wall_s=wall_s,
+            coordinator_calls=int(snapshot["progress"]["reports"]),
+        )
+
+    @property
+    def failures(self) -> pl.DataFrame:
+        """Parents whose terminal row is not PRESENT, with cause and stage."""
+        return self.parents.filter(pl.col("outcome") != "PRESENT")
+
+    def summary(self) -> str:
+        """A few lines of text for a terminal."""
+        committed = self.parents.filter(pl.col("outcome") == "PRESENT").height
+        lines = [
+            f"parents: {committed} committed, {self.parents.height - committed} failed "
+            f"({self.parents.height} total) in {self.wall_s:.1f}s, {self.coordinator_calls} coordinator calls"
+        ]
+        for row in self.stages.iter_rows(named=True):
+            counts = ", ".join(f"{o.lower()}={row[o.lower()]}" for o in OUTCOME_COLUMNS if row[o.lower()])
+            extra = f", children={row['children']}" if row["children"] is not None else ""
+            lines.append(f"  {row['kind']:<8} {row['stage']:<20} {counts}{extra}")
+        if self.failures.height:
+            by_cause = self.failures.group_by("cause").len().sort("len", descending=True)
+            lines.append("failures by cause:")
+            for row in by_cause.head(10).iter_rows(named=True):
+                lines.append(f"  {row['len']:>5}  {row['cause']}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
