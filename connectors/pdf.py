@@ -44,7 +44,7 @@ from lineage_data._core.failures import RecordFailure
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ExtractText", "PdfPages", "normalize_text", "render_pages"]
+__all__ = ["ExtractText", "PdfPages", "normalize_text", "render_pages", "render_scale"]
 
 _MiB = 1 << 20
 _IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG"}
@@ -204,9 +204,7 @@ def _checked_bytes(row: dict[str, Any], name: str, max_bytes: int | None) -> byt
         raise EmptyInputError.for_input(name, "the file is empty (0 bytes)")
     data = raw if isinstance(raw, bytes) else bytes(raw)
     if max_bytes is not None and len(data) > max_bytes:
-        raise OversizedInputError.for_input(
-            name, f"{len(data)} bytes exceed max_bytes={max_bytes}"
-        )
+        raise OversizedInputError.for_input(name, f"{len(data)} bytes exceed max_bytes={max_bytes}")
     kind = sniff_format(data)
     if kind != "PDF document":
         raise UnsupportedInputError.for_input(name, f"not a PDF (looks like {kind})")
@@ -314,7 +312,7 @@ def _render(page: Any, width: float, height: float, options: _PageOptions) -> by
 
 # ------------------------------------------------------------------------------------------- text
 
-_CONTROL = re.compile(r"[^\S\n]+")  # runs of whitespace other than newlines
+_SPACES = re.compile(r"[^\S\n]+")  # runs of whitespace other than newlines
 _BLANK_LINES = re.compile(r"\n{3,}")
 
 
@@ -330,11 +328,13 @@ def normalize_text(text: str) -> str:
         >>> normalize_text("  ﬁrst\tline \r\n\r\n\r\n\x00second  ")
         'first line\n\nsecond'
     """
-    text = unicodedata.normalize("NFKC", text).replace("\r\n", "\n").replace("\r", "\n")
+    # Drop control and format characters first: NFKC may compose across a removed one.
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = "".join(
         ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf")
     )
-    lines = (_CONTROL.sub(" ", line).strip() for line in text.split("\n"))
+    text = unicodedata.normalize("NFKC", text)
+    lines = (_SPACES.sub(" ", line).strip() for line in text.split("\n"))
     return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
 
 

@@ -1,8 +1,9 @@
 """Synthetic test corpora: long-tailed PDFs, short videos and known-bad files.
 
-Everything here is generated locally and deterministically from a seed, so tests, the demo and the benchmarks
-see the same bytes on every machine and never download anything. PDFs are written by hand (PDF 1.4 object
-syntax, Helvetica text and one small RGB image per page) and need no optional dependency; videos need PyAV.
+Everything here is generated locally and deterministically from a seed, so tests, the demo and
+the benchmarks see the same bytes on every machine and never download anything. PDFs are written
+by hand (PDF 1.4 object syntax, Helvetica text and one small RGB image per page) and need no
+optional dependency; videos need PyAV (``pip install 'lineage-data[video]'``).
 
 Example:
     >>> counts = long_tail_page_counts(5, seed=1)
@@ -14,44 +15,81 @@ Example:
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import math
 import os
 import random
-from collections.abc import Callable
-from fractions import Fraction
+import struct
+import zlib
+from collections.abc import Iterator
 from typing import Any
 
-from connectors import errors
+from connectors.errors import (
+    ConnectorError,
+    CorruptInputError,
+    EmptyInputError,
+    EncryptedInputError,
+    TruncatedInputError,
+    UnsupportedInputError,
+)
 
 __all__ = [
-    "BadFile",
+    "BAD_FILE_ERRORS",
     "bad_files",
     "long_tail_page_counts",
     "make_pdf",
+    "make_png",
     "make_video",
     "write_corpus",
 ]
 
 _LOREM = (
-    "lineage data page text layer ocr token parent child batch commit shard region clip frame audio "
-    "stream actor reduce expand order retry fence barrier sibling outcome present dropped failed"
-).split()
+    "lineage",
+    "data",
+    "page",
+    "text",
+    "layer",
+    "ocr",
+    "token",
+    "parent",
+    "child",
+    "batch",
+    "commit",
+    "shard",
+    "region",
+    "clip",
+    "frame",
+    "audio",
+    "stream",
+    "actor",
+    "reduce",
+    "expand",
+    "order",
+    "retry",
+    "fence",
+    "barrier",
+    "sibling",
+    "outcome",
+)
+_VIDEO_HINT = "pip install 'lineage-data[video]'"
 
 
 def long_tail_page_counts(
     n: int, *, max_pages: int = 427, mean: float = 47, seed: int = 0
 ) -> list[int]:
-    """Draw ``n`` long-tailed page counts in ``1..max_pages`` whose mean is roughly ``mean``.
+    """Draw ``n`` long-tailed page counts in ``1..max_pages`` with a mean of roughly ``mean``.
 
-    Counts come from a lognormal with shape 1.2 (most documents are short, a few are very long), clipped to the
-    range. One count in every 50 is ``max_pages`` itself, so even a small corpus has its worst-case parent.
+    Counts come from a lognormal with shape 1.2 (most documents are short, a few are very long),
+    clipped to the range. One count in every 50 is ``max_pages`` itself, so even a small corpus
+    has its worst-case parent.
 
     Args:
         n: How many counts to draw.
         max_pages: The largest count (the longest document).
-        mean: The target mean before clipping; the clipped mean lands within a few pages of it.
-        seed: Seed of the private random generator; the same seed gives the same list.
+        mean: The target mean; clipping and the forced maxima move it by a few pages.
+        seed: Seed of a private random generator; the same seed gives the same list.
 
     Returns:
         A list of ``n`` ints, each in ``1..max_pages``.
@@ -61,7 +99,7 @@ def long_tail_page_counts(
         True
     """
     if n < 0 or max_pages < 1 or mean <= 0:
-        raise ValueError(f"need n >= 0, max_pages >= 1 and mean > 0; got {n}, {max_pages}, {mean}")
+        raise ValueError(f"need n >= 0, max_pages >= 1, mean > 0; got {n}, {max_pages}, {mean}")
     rng = random.Random(seed)
     sigma = 1.2
     mu = math.log(mean) - sigma * sigma / 2
@@ -71,36 +109,36 @@ def long_tail_page_counts(
     return counts
 
 
-# ---------------------------------------------------------------------------------------------------- PDF
+# --------------------------------------------------------------------------------------------- PDF
 
 
 def _pdf_string(text: str) -> bytes:
-    """A PDF literal string, e.g. ``(a\\(b\\))``, Latin-1 encoded."""
+    r"""A PDF literal string such as ``(a\(b\))``, Latin-1 encoded."""
     raw = text.encode("latin-1", errors="replace")
     return b"(" + raw.replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(b")", b"\\)") + b")"
 
 
-def _page_image(rng: random.Random, size: int = 16) -> bytes:
-    """Raw 8-bit RGB samples of a ``size`` x ``size`` diagonal gradient in a random hue."""
+def _gradient(rng: random.Random, width: int, height: int) -> bytes:
+    """Raw 8-bit RGB samples of a diagonal gradient in a random hue."""
     r0, g0, b0 = (rng.randrange(256) for _ in range(3))
     return bytes(
         channel
-        for y in range(size)
-        for x in range(size)
+        for y in range(height)
+        for x in range(width)
         for channel in ((r0 + 8 * x) % 256, (g0 + 8 * y) % 256, (b0 + 4 * (x + y)) % 256)
     )
 
 
 def _page_objects(index: int, count: int, title: str, rng: random.Random) -> tuple[bytes, bytes]:
-    """The content stream and image XObject of one page."""
+    """The content stream and the image XObject of one page."""
     words = " ".join(rng.choice(_LOREM) for _ in range(rng.randrange(4, 12)))
     lines = [f"Document {title} page {index + 1} of {count}", words]
     text = b"".join(
-        b"BT /F1 %d Tf 72 %d Td %s Tj ET\n" % (14 if i == 0 else 11, 720 - 24 * i, _pdf_string(line))
+        b"BT /F1 %d Tf 72 %d Td %s Tj ET\n" % (11 if i else 14, 720 - 24 * i, _pdf_string(line))
         for i, line in enumerate(lines)
     )
     content = b"q 144 0 0 144 72 480 cm /Im0 Do Q\n" + text
-    pixels = _page_image(rng)
+    pixels = _gradient(rng, 16, 16)
     image = (
         b"<< /Type /XObject /Subtype /Image /Width 16 /Height 16 /ColorSpace /DeviceRGB "
         b"/BitsPerComponent 8 /Length %d >>\nstream\n%s\nendstream" % (len(pixels), pixels)
@@ -113,8 +151,8 @@ def _write_pdf(
 ) -> bytes:
     """Serialize numbered objects (object ``i + 1`` is ``objects[i]``; object 1 is the catalog).
 
-    ``order`` lists the indexes of ``objects`` in file order (default: numeric order); the classic xref table
-    points at wherever each object landed.
+    ``order`` lists the indexes of ``objects`` in file order (default: numeric order); the
+    classic xref table points at wherever each object landed.
     """
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = [0] * len(objects)
@@ -132,15 +170,15 @@ def _write_pdf(
 def make_pdf(num_pages: int, *, seed: int = 0, title: str = "doc") -> bytes:
     """Write a real PDF with ``num_pages`` US-letter pages, each with a text layer and an image.
 
-    Page ``i`` (0-based) carries the text ``"Document <title> page <i+1> of <num_pages>"`` on its first line, a
-    second line of seeded filler words, and a 16x16 RGB image. The catalog and page tree are written after the
-    pages, so a truncated copy loses them (as a real truncated download would lose its trailer). About 30 us
-    per page: 400 pages take well under 50 ms.
+    Page ``i`` (0-based) has the text ``"Document <title> page <i+1> of <num_pages>"`` on its
+    first line, a second line of seeded filler words, and a 16x16 RGB image. The catalog and the
+    page tree are written after the pages, so a truncated copy loses them, as a cut download
+    would. About 50 us per page: 400 pages take a few tens of milliseconds.
 
     Args:
         num_pages: Number of pages (0 writes a valid PDF with an empty page tree).
-        seed: Seed for the filler words and image colours; same arguments give the same bytes.
-        title: Document title, used in the text layer and the ``/Info`` dictionary (Latin-1 only).
+        seed: Seed of the filler words and image colours; same arguments give the same bytes.
+        title: Document title, used in the text layer and in ``/Info`` (Latin-1 only).
 
     Returns:
         The PDF file as bytes.
@@ -157,18 +195,359 @@ def make_pdf(num_pages: int, *, seed: int = 0, title: str = "doc") -> bytes:
     kids = []
     for index in range(num_pages):
         content, image = _page_objects(index, num_pages, title, rng)
-        page_no = len(objects) + 1
-        kids.append(b"%d 0 R" % page_no)
+        number = len(objects) + 1
+        kids.append(b"%d 0 R" % number)
         objects.append(
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
             b"/Resources << /Font << /F1 3 0 R >> /XObject << /Im0 %d 0 R >> >> >>"
-            % (page_no + 1, page_no + 2)
+            % (number + 1, number + 2)
         )
         objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
         objects.append(image)
-    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), num_pages)
-    objects[3] = b"<< /Title %s /Producer (lineage_data.connectors.testing) >>" % _pdf_string(title)
     objects[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
-    # Catalog and page tree go last: numbers stay, offsets follow.
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), num_pages)
+    objects[3] = b"<< /Title %s /Producer (connectors.testing) >>" % _pdf_string(title)
     order = [*range(2, len(objects)), 0, 1]
     return _write_pdf(objects, order=order, trailer_extra=b" /Info 4 0 R")
+
+
+def _encrypted_pdf() -> bytes:
+    """A one-page PDF behind the standard security handler with an unknown user password.
+
+    The /O and /U entries are arbitrary, so no password (the empty one included) opens it.
+    """
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
+        b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -44 >>" % (b"11" * 32, b"22" * 32),
+    ]
+    file_id = b"<%s>" % (b"33" * 16)
+    return _write_pdf(objects, trailer_extra=b" /Encrypt 4 0 R /ID [%s %s]" % (file_id, file_id))
+
+
+def make_png(width: int = 8, height: int = 8, *, seed: int = 0) -> bytes:
+    r"""A valid RGB PNG image (written by hand, no pillow needed).
+
+    Example:
+        >>> make_png()[:8]
+        b'\x89PNG\r\n\x1a\n'
+    """
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + body))
+        return struct.pack(">I", len(body)) + kind + body + crc
+
+    pixels = _gradient(random.Random(f"png:{seed}"), width, height)
+    rows = b"".join(b"\0" + pixels[y * width * 3 : (y + 1) * width * 3] for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+# ------------------------------------------------------------------------------------------- video
+
+
+def _first_encoder(av: Any, names: tuple[str, ...]) -> str:
+    """The first of ``names`` that this FFmpeg build can encode with."""
+    for name in names:
+        try:
+            av.codec.Codec(name, "w")
+        except ValueError:
+            continue
+        return name
+    raise RuntimeError(f"this FFmpeg build has none of the encoders {names}")
+
+
+def make_video(
+    seconds: float,
+    *,
+    fps: int = 12,
+    size: tuple[int, int] = (64, 48),
+    audio: bool = True,
+    seed: int = 0,
+    keyframe_interval_s: float = 1.0,
+) -> bytes:
+    """Encode a short synthetic MP4: a moving pattern, and a sine tone when ``audio``.
+
+    Video is H.264 (libx264, with B-frames, one keyframe every ``keyframe_interval_s``) or MPEG-4
+    Part 2 where libx264 is missing; audio is 16 kHz mono AAC (MP2 as a fallback). Encoding is
+    single-threaded, so the bytes depend only on the arguments and the FFmpeg build. A 5 s
+    video takes well under a second.
+
+    Args:
+        seconds: Duration; ``round(seconds * fps)`` frames.
+        fps: Frame rate.
+        size: ``(width, height)``, both even.
+        audio: Add an audio track.
+        seed: Seed of the colours, the pattern speed and the tone's pitch.
+        keyframe_interval_s: Seconds between keyframes (a large value gives one keyframe).
+
+    Returns:
+        The MP4 file as bytes (index at the end, as FFmpeg writes it by default).
+
+    Example:
+        >>> data = make_video(1, seed=3)
+        >>> data[4:8], data == make_video(1, seed=3)
+        (b'ftyp', True)
+    """
+    try:
+        import av
+        import numpy as np
+    except ImportError as exc:
+        raise ImportError(f"make_video needs PyAV and numpy: {_VIDEO_HINT}") from exc
+    width, height = size
+    if seconds <= 0 or fps < 1 or width % 2 or height % 2:
+        raise ValueError(f"need seconds > 0, fps >= 1 and even sizes; got {seconds}, {fps}, {size}")
+    rng = random.Random(f"video:{seed}")
+    out_bytes = io.BytesIO()
+    with av.open(out_bytes, mode="w", format="mp4") as out:
+        video = _add_video_stream(av, out, fps, size, max(1, round(keyframe_interval_s * fps)))
+        sound = _add_audio_stream(av, out) if audio else None
+        colour = np.array([rng.randrange(256) for _ in range(3)], dtype=np.uint8)
+        speed = rng.randrange(1, 4)
+        for index in range(round(seconds * fps)):
+            frame = av.VideoFrame.from_ndarray(_pattern(np, index, speed, colour, size), "rgb24")
+            frame.pts = index
+            out.mux(video.encode(frame))
+        out.mux(video.encode())
+        if sound is not None:
+            _encode_tone(av, np, out, sound, seconds, 220.0 * (1 + seed % 4))
+    return out_bytes.getvalue()
+
+
+def _add_video_stream(av: Any, out: Any, fps: int, size: tuple[int, int], keyint: int) -> Any:
+    codec = _first_encoder(av, ("libx264", "mpeg4"))
+    options = {"threads": "1"}
+    if codec == "libx264":
+        options |= {"preset": "veryfast", "x264-params": f"keyint={keyint}:scenecut=0"}
+    stream = out.add_stream(codec, rate=fps, options=options)
+    stream.width, stream.height = size
+    stream.pix_fmt = "yuv420p"
+    stream.codec_context.gop_size = keyint
+    stream.codec_context.thread_count = 1
+    return stream
+
+
+def _pattern(np: Any, index: int, speed: int, colour: Any, size: tuple[int, int]) -> Any:
+    """Frame ``index``: a tinted gradient with a white bar moving right."""
+    width, height = size
+    image = np.empty((height, width, 3), dtype=np.uint8)
+    image[:] = colour
+    image[..., 1] = (np.arange(width, dtype=np.uint16) * 4 + index * 2) % 256
+    x = (index * speed) % width
+    image[:, x : x + max(2, width // 10)] = 255
+    return image
+
+
+def _add_audio_stream(av: Any, out: Any) -> Any:
+    stream = out.add_stream(_first_encoder(av, ("aac", "mp2")), rate=16_000)
+    stream.layout = "mono"
+    return stream
+
+
+def _encode_tone(av: Any, np: Any, out: Any, stream: Any, seconds: float, pitch: float) -> None:
+    rate = 16_000
+    total = round(seconds * rate)
+    chunk = 1024
+    for start in range(0, total, chunk):
+        t = np.arange(start, min(total, start + chunk)) / rate
+        samples = (0.3 * np.sin(2 * np.pi * pitch * t)).astype(np.float32).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(samples, format="fltp", layout="mono")
+        frame.sample_rate, frame.pts = rate, start
+        out.mux(stream.encode(frame))
+    out.mux(stream.encode())
+
+
+# --------------------------------------------------------------------------------------- bad files
+
+#: The error each file of :func:`bad_files` must raise, by file name.
+BAD_FILE_ERRORS: dict[str, type[ConnectorError]] = {
+    "corrupt.pdf": CorruptInputError,
+    "truncated.pdf": TruncatedInputError,
+    "encrypted.pdf": EncryptedInputError,
+    "empty.pdf": EmptyInputError,
+    "zero-pages.pdf": EmptyInputError,
+    "png-named.pdf": UnsupportedInputError,
+    "truncated.mp4": TruncatedInputError,
+    "not-a-video.mp4": UnsupportedInputError,
+    "empty.mp4": EmptyInputError,
+}
+
+
+def bad_files(*, video: bool = True) -> dict[str, bytes]:
+    """Known-bad inputs, by file name; :data:`BAD_FILE_ERRORS` names the error each must raise.
+
+    ``*.pdf`` files go to :func:`connectors.pdf.render_pages`, ``*.mp4`` files to
+    :func:`connectors.video.split_clips`:
+
+    ========================  =========================  ======================================
+    name                      error                      what it is
+    ========================  =========================  ======================================
+    ``corrupt.pdf``           CorruptInputError          a PDF header, then noise, then %%EOF
+    ``truncated.pdf``         TruncatedInputError        the first 60% of a 5-page PDF
+    ``encrypted.pdf``         EncryptedInputError        needs an (unknown) password
+    ``empty.pdf``             EmptyInputError            zero bytes
+    ``zero-pages.pdf``        EmptyInputError            a valid PDF with an empty page tree
+    ``png-named.pdf``         UnsupportedInputError      a PNG image
+    ``truncated.mp4``         TruncatedInputError        the first 60% of a 2 s MP4
+    ``not-a-video.mp4``       UnsupportedInputError      plain text
+    ``empty.mp4``             EmptyInputError            zero bytes
+    ========================  =========================  ======================================
+
+    Args:
+        video: Include the ``*.mp4`` files (``truncated.mp4`` needs PyAV).
+
+    Returns:
+        A dict from file name to bytes, in the table's order.
+
+    Example:
+        >>> pdfs = [name for name in BAD_FILE_ERRORS if name.endswith(".pdf")]
+        >>> list(bad_files(video=False)) == pdfs
+        True
+    """
+    noise = random.Random("corrupt").randbytes(2048)
+    whole = make_pdf(5, seed=0, title="truncated")
+    files = {
+        "corrupt.pdf": b"%PDF-1.4\n" + noise + b"\n%%EOF\n",
+        "truncated.pdf": whole[: len(whole) * 6 // 10],
+        "encrypted.pdf": _encrypted_pdf(),
+        "empty.pdf": b"",
+        "zero-pages.pdf": make_pdf(0, title="empty"),
+        "png-named.pdf": make_png(),
+    }
+    if video:
+        clip = make_video(2, seed=0)
+        files["truncated.mp4"] = clip[: len(clip) * 6 // 10]
+        files["not-a-video.mp4"] = b"this is plain text, not a video\n" * 64
+        files["empty.mp4"] = b""
+    return files
+
+
+# ------------------------------------------------------------------------------------------ corpus
+
+
+def write_corpus(
+    directory_or_url: str | os.PathLike[str],
+    *,
+    n_pdfs: int,
+    n_bad: int = 0,
+    n_videos: int = 0,
+    seed: int = 0,
+    fs: Any = None,
+    max_pages: int = 427,
+    mean_pages: float = 47,
+    video_seconds: tuple[float, float] = (2.0, 6.0),
+) -> dict[str, Any]:
+    """Write a seeded corpus of PDFs, videos and bad files, plus its ``manifest.json``.
+
+    Layout under the target: ``pdfs/doc-00000.pdf`` (page counts from
+    :func:`long_tail_page_counts`), ``videos/vid-00000.mp4`` (lengths drawn from
+    ``video_seconds``), ``bad/00-corrupt.pdf`` (the :func:`bad_files`, cycled to make ``n_bad``;
+    the ``*.mp4`` ones only when ``n_videos > 0``) and ``manifest.json``.
+
+    Args:
+        directory_or_url: A local directory, or an fsspec URL such as ``"s3://bucket/corpus"``.
+        n_pdfs: Number of good PDFs.
+        n_bad: Number of bad files.
+        n_videos: Number of good videos (needs PyAV).
+        seed: Seed of everything; the same arguments write the same bytes.
+        fs: An fsspec filesystem to write through; ``directory_or_url`` is then a path on it.
+        max_pages: Longest document.
+        mean_pages: Target mean page count.
+        video_seconds: ``(shortest, longest)`` video duration.
+
+    Returns:
+        The manifest: ``{"root", "seed", "files": [...], "totals": {...}}``. Each file entry has
+        ``name`` (relative), ``path`` (root + name), ``kind`` (``"pdf"`` or ``"video"``),
+        ``bytes``, ``expected_error`` (an error class name, or None), and ``pages`` for good
+        PDFs or ``seconds`` for good videos.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     manifest = write_corpus(tmp, n_pdfs=2, n_bad=3, seed=1)
+        >>> manifest["totals"]["files"], [f["expected_error"] for f in manifest["files"][2:]]
+        (5, ['CorruptInputError', 'TruncatedInputError', 'EncryptedInputError'])
+    """
+    fs, root = _target(directory_or_url, fs)
+    entries = itertools.chain(
+        _good_pdfs(n_pdfs, seed, max_pages, mean_pages),
+        _good_videos(n_videos, seed, video_seconds),
+        _bad_entries(n_bad, video=n_videos > 0),
+    )
+    files = []
+    for name, data, facts in entries:  # one file in memory at a time
+        _put(fs, f"{root}/{name}", data)
+        files.append({"name": name, "path": f"{root}/{name}", "bytes": len(data), **facts})
+    manifest = {"root": root, "seed": seed, "files": files, "totals": _totals(files)}
+    _put(fs, f"{root}/manifest.json", json.dumps(manifest, indent=1).encode())
+    return manifest
+
+
+def _target(directory_or_url: str | os.PathLike[str], fs: Any) -> tuple[Any, str]:
+    """``(filesystem or None for local, root path without a trailing slash)``."""
+    target = os.fspath(directory_or_url)
+    if fs is None and "://" in target:
+        import fsspec
+
+        fs, _ = fsspec.core.url_to_fs(target)
+    if fs is None:
+        return None, os.path.abspath(target)
+    return fs, target.rstrip("/")
+
+
+def _put(fs: Any, path: str, data: bytes) -> None:
+    if fs is None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(data)
+    else:
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, data)
+
+
+_Entry = tuple[str, bytes, dict[str, Any]]
+
+
+def _good_pdfs(n: int, seed: int, max_pages: int, mean: float) -> Iterator[_Entry]:
+    counts = long_tail_page_counts(n, max_pages=max_pages, mean=mean, seed=seed)
+    for i, pages in enumerate(counts):
+        data = make_pdf(pages, seed=seed, title=f"{seed}-{i}")
+        facts = {"kind": "pdf", "expected_error": None, "pages": pages}
+        yield f"pdfs/doc-{i:05d}.pdf", data, facts
+
+
+def _good_videos(n: int, seed: int, seconds: tuple[float, float]) -> Iterator[_Entry]:
+    rng = random.Random(f"videos:{seed}")
+    for i in range(n):
+        length = round(rng.uniform(*seconds), 1)
+        data = make_video(length, seed=seed * 100_003 + i)
+        facts = {"kind": "video", "expected_error": None, "seconds": length}
+        yield f"videos/vid-{i:05d}.mp4", data, facts
+
+
+def _bad_entries(n: int, *, video: bool) -> Iterator[_Entry]:
+    if n <= 0:
+        return
+    bad = list(bad_files(video=video).items())
+    for i in range(n):
+        name, data = bad[i % len(bad)]
+        kind = "pdf" if name.endswith(".pdf") else "video"
+        error = BAD_FILE_ERRORS[name].__name__
+        yield f"bad/{i:02d}-{name}", data, {"kind": kind, "expected_error": error}
+
+
+def _totals(files: list[dict[str, Any]]) -> dict[str, int]:
+    good = [f for f in files if f["expected_error"] is None]
+    return {
+        "files": len(files),
+        "pdfs": sum(f["kind"] == "pdf" for f in good),
+        "pages": sum(f.get("pages", 0) for f in good),
+        "videos": sum(f["kind"] == "video" for f in good),
+        "bad": len(files) - len(good),
+    }

@@ -159,9 +159,17 @@ class BatchCaller:
         return merge(left, right)
 
 
+def _filled(result: BatchResult, schema: pa.Schema) -> pa.Table:
+    if result.table.num_columns:
+        return result.table
+    n = len(result.statuses)
+    return pa.table({f.name: pa.nulls(n, f.type) for f in schema}, schema=schema)
+
+
 def merge(left: BatchResult, right: BatchResult) -> BatchResult:
-    """Concatenate two results in row order."""
-    table = pa.concat_tables([left.table, right.table], promote_options="permissive")
+    """Concatenate two results in row order (a side with no values gets nulls)."""
+    tables = [_filled(left, right.table.schema), _filled(right, left.table.schema)]
+    table = pa.concat_tables(tables, promote_options="permissive")
     return BatchResult(table, left.statuses + right.statuses, left.group + right.group)
 
 

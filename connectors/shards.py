@@ -1,0 +1,597 @@
+"""Exactly-once Parquet training shards with a manifest, resume and a dead-letter table.
+
+:func:`write_shards` streams the terminal rows of a closed lineage plan into a directory (local or
+any fsspec URL such as ``s3://``) while the pipeline still runs, through a Ray Data ``Datasink``:
+payload bytes go from the Ray write tasks straight to storage, never through the driver::
+
+    path/part-<uuid>.parquet               PRESENT rows: user columns + _lineage_root
+    path/_dead_letter/part-<uuid>.parquet  other rows: root, stage, outcome, cause, time, run_id
+    path/_manifest/<entry>.json            one commit record per data file (:class:`ManifestEntry`)
+
+A data file is written under a fresh unique name first; the manifest entry naming it is written
+only once the file is complete, and that entry is the commit point (an S3 PUT is atomic; on a local
+disk the entry is written under a temporary name and renamed). Readers (:func:`read_shards`,
+:func:`read_dead_letter`, :func:`committed_roots`) look at manifest entries only, so a file left by
+a run that died before its entry is invisible (:func:`remove_orphans` deletes such files).
+
+Exactly-once: an entry's name hashes the run id, the kind and the sorted roots of its file, so a Ray
+write task retried inside one run commits nothing twice; a new run excludes the committed roots from
+its plan (``exclude_roots``) before it starts. One writer per path at a time.
+
+Resume: by default every root with a manifest entry (shard or dead letter) is skipped: failed roots
+are *not* retried. With ``retry_failed=True`` dead-lettered roots run again; one that then reaches a
+shard leaves :func:`read_dead_letter`, one that fails again shows its newest dead-letter row only.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lineage_data._core import columns as C
+from lineage_data._core.errors import LineageError, PlanError
+
+if TYPE_CHECKING:
+    from lineage_data.dataset import LineageDataset
+    from lineage_data.report import RunReport
+
+__all__ = [
+    "DEAD_LETTER_SCHEMA", "Manifest", "ManifestEntry", "ShardError", "ShardResult", "ShardWriter",
+    "committed_roots", "read_dead_letter", "read_manifest", "read_shards", "remove_orphans",
+    "write_shards",
+]
+
+MANIFEST_DIR = "_manifest"
+DEAD_LETTER_DIR = "_dead_letter"
+MANIFEST_VERSION = 1
+SHARD = "shard"
+DEAD_LETTER = "dead_letter"
+MiB = 1 << 20
+
+DEAD_LETTER_SCHEMA = pa.schema([
+    pa.field("root", pa.string(), nullable=False), pa.field("stage", pa.string()),
+    pa.field("outcome", pa.string(), nullable=False), pa.field("cause", pa.string()),
+    pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("run_id", pa.string(), nullable=False),
+])
+"""Columns of the dead-letter table (one row per root that did not end PRESENT)."""
+
+_KEEP_RESERVED = (C.ROOT, C.MISSING)
+
+
+class ShardError(LineageError):
+    """The shard directory cannot be used as asked (e.g. it holds shards and resume is off)."""
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One commit record: ``path/_manifest/<entry>.json``, written after its file is complete.
+
+    Attributes:
+        entry: Hash of ``run_id``, ``kind`` and the sorted roots; also the JSON file's name.
+        kind: ``"shard"`` or ``"dead_letter"``.
+        file: The data file, relative to the shard directory.
+        rows: Rows in the file.
+        bytes: Size of the file in bytes.
+        roots: The lineage roots the file holds, in file order.
+        run_id: The :func:`write_shards` call that wrote it.
+        committed_at: Unix time at which the entry was written.
+        version: Manifest format version.
+    """
+
+    entry: str
+    kind: str
+    file: str
+    rows: int
+    bytes: int
+    roots: tuple[str, ...]
+    run_id: str
+    committed_at: float
+    version: int = MANIFEST_VERSION
+
+    def to_json(self) -> bytes:
+        """The entry as UTF-8 JSON."""
+        raw = {**asdict(self), "roots": list(self.roots)}
+        return json.dumps(raw, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> ManifestEntry:
+        """Parse an entry written by :meth:`to_json`.
+
+        Raises:
+            ShardError: The entry's format version is newer than this reader.
+        """
+        raw = json.loads(data)
+        if int(raw.get("version", 1)) > MANIFEST_VERSION:
+            raise ShardError(f"manifest entry {raw.get('entry')}: unknown version {raw['version']}")
+        raw["roots"] = tuple(raw["roots"])
+        return cls(**raw)
+
+    @staticmethod
+    def name_for(run_id: str, kind: str, roots: Iterable[str]) -> str:
+        """The deterministic entry name: a retried write of the same rows maps to the same entry."""
+        digest = hashlib.sha256(f"{run_id}\n{kind}\n".encode())
+        digest.update("\n".join(sorted(roots)).encode())
+        return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Every committed entry of one shard directory, oldest first."""
+
+    entries: tuple[ManifestEntry, ...]
+
+    @property
+    def shards(self) -> tuple[ManifestEntry, ...]:
+        """Shard entries, oldest first."""
+        return tuple(e for e in self.entries if e.kind == SHARD)
+
+    @property
+    def dead_letters(self) -> tuple[ManifestEntry, ...]:
+        """Dead-letter entries, oldest first."""
+        return tuple(e for e in self.entries if e.kind == DEAD_LETTER)
+
+    @property
+    def present_roots(self) -> set[str]:
+        """Roots committed to a shard."""
+        return {root for e in self.shards for root in e.roots}
+
+    @property
+    def committed_roots(self) -> set[str]:
+        """Roots with any committed outcome: in a shard or in the dead-letter table."""
+        return {root for e in self.entries for root in e.roots}
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What one :func:`write_shards` call did.
+
+    Attributes:
+        shards: Shard files (relative names) this call committed.
+        rows: PRESENT rows this call committed to shards.
+        dead_letter_rows: Rows this call committed to the dead-letter table.
+        skipped_roots: Roots already committed when the call started, excluded from its plan.
+        manifest_path: The manifest directory.
+        report: The :class:`~lineage_data.RunReport` of the dataset actually executed.
+        run_id: This call's id, recorded in its manifest entries and dead-letter rows.
+    """
+
+    shards: tuple[str, ...]
+    rows: int
+    dead_letter_rows: int
+    skipped_roots: int
+    manifest_path: str
+    report: RunReport | None
+    run_id: str
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts) if p)
+
+
+def _resolve(path: str, filesystem: Any) -> tuple[Any, str]:
+    """An fsspec filesystem and the path inside it (pyarrow filesystems are wrapped)."""
+    import pyarrow.fs as pafs
+
+    if isinstance(filesystem, pafs.FileSystem):
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        filesystem = ArrowFSWrapper(filesystem)
+    try:
+        from connectors.s3 import resolve_filesystem
+    except ImportError:  # the S3 connector is optional here
+        resolve_filesystem = None
+    if resolve_filesystem is not None:
+        return resolve_filesystem(path, filesystem)
+    if filesystem is not None:
+        return filesystem, filesystem._strip_protocol(path)
+    from fsspec.core import url_to_fs
+
+    return url_to_fs(path)
+
+
+def _check_sizes(rows: int, max_bytes: int, row_group_rows: int | None) -> None:
+    if rows < 1 or max_bytes < 1 or (row_group_rows is not None and row_group_rows < 1):
+        raise ValueError("rows_per_shard, max_bytes_per_shard and row_group_rows must be positive")
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return "file" in protocol or "local" in protocol
+
+
+def _put_atomic(fs: Any, path: str, data: bytes) -> None:
+    """Write ``data`` so readers see all of it or nothing (PUT on object stores, rename on disk)."""
+    if not _is_local(fs):
+        fs.pipe_file(path, data)
+        return
+    parent, _, name = path.rpartition("/")
+    tmp = _join(parent, f".tmp-{uuid.uuid4().hex}-{name}")
+    fs.pipe_file(tmp, data)
+    fs.mv(tmp, path)
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+
+def _fit(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
+    """``table`` cast to ``schema`` (missing columns become nulls), or None when it cannot be."""
+    if not set(table.column_names) <= set(schema.names):
+        return None
+    try:
+        arrays = [
+            table[f.name].cast(f.type) if f.name in table.column_names
+            else pa.nulls(table.num_rows, f.type)
+            for f in schema
+        ]
+        return pa.Table.from_arrays(arrays, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+
+
+class ShardWriter:
+    """Writes the terminal rows of one stream (one Ray write task) into shards and commits them.
+
+    Ray-free: feed it Arrow tables with :meth:`add`, then call :meth:`close`. PRESENT rows are cut
+    into shards of at most ``rows_per_shard`` rows and ``max_bytes_per_shard`` bytes of Arrow data
+    (a batch that would overflow the open shard is split; one row above the byte bound gets a shard
+    of its own); a full shard is committed at once. Other rows go to one dead-letter file, committed
+    by :meth:`close`. Reserved columns other than ``_lineage_root`` and ``_lineage_missing`` (the
+    ordinals a ``on_child_failure="skip"`` reduce left out) are not written to shards.
+
+    Args:
+        fs: An fsspec filesystem.
+        path: The shard directory inside ``fs``.
+        run_id: Id of the :func:`write_shards` call; part of every entry name.
+        rows_per_shard: Most rows per shard.
+        max_bytes_per_shard: Most Arrow (uncompressed) bytes per shard; Parquet files are smaller.
+        row_group_rows: Rows per Parquet row group; None buffers the whole shard as one row group.
+        clock: Time source for ``committed_at`` and the dead-letter ``time``.
+    """
+
+    def __init__(
+        self,
+        fs: Any,
+        path: str,
+        *,
+        run_id: str,
+        rows_per_shard: int = 1000,
+        max_bytes_per_shard: int = 256 * MiB,
+        row_group_rows: int | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
+        self._fs, self._path, self._run_id, self._clock = fs, path.rstrip("/"), run_id, clock
+        self._rows_per_shard, self._max_bytes, self._row_group_rows = (
+            rows_per_shard, max_bytes_per_shard, row_group_rows,
+        )
+        self._pending: list[pa.Table] = []  # rows of the next row group
+        self._pending_rows = self._shard_rows = self._shard_bytes = 0  # shard: written + pending
+        self._roots: list[str] = []  # roots written to the open shard's file so far
+        self._file: Any = None
+        self._writer: pq.ParquetWriter | None = None
+        self._name, self._dead = "", []
+        self.committed: list[ManifestEntry] = []
+
+    def add(self, table: pa.Table) -> None:
+        """Take one batch of terminal rows (public lineage columns + user columns)."""
+        if not table.num_rows:
+            return
+        present = pc.fill_null(pc.equal(table[C.OUTCOME], "PRESENT"), False)
+        dead = table.filter(pc.invert(present))
+        if dead.num_rows:
+            self._dead.append(self._dead_rows(dead))
+        rows = table.filter(present)
+        drop = [n for n in rows.column_names if C.is_reserved(n) and n not in _KEEP_RESERVED]
+        self._add_present(rows.drop_columns(drop))
+
+    def _dead_rows(self, dead: pa.Table) -> pa.Table:
+        n = dead.num_rows
+        stage = dead[C.STAGE] if C.STAGE in dead.column_names else pa.nulls(n, pa.string())
+        cause = dead[C.CAUSE] if C.CAUSE in dead.column_names else pa.nulls(n, pa.string())
+        now = pa.scalar(int(self._clock() * 1e6), pa.timestamp("us", tz="UTC"))
+        return pa.Table.from_arrays(
+            [dead[C.ROOT].cast(pa.string()), stage.cast(pa.string()),
+             dead[C.OUTCOME].cast(pa.string()), cause.cast(pa.string()),
+             pa.array([now.value] * n, now.type), pa.array([self._run_id] * n, pa.string())],
+            schema=DEAD_LETTER_SCHEMA,
+        )
+
+    def _add_present(self, table: pa.Table) -> None:
+        offset, n = 0, table.num_rows
+        while offset < n:
+            room_rows = min(self._rows_per_shard - self._shard_rows, n - offset)
+            take = self._fitting(table, offset, room_rows, self._max_bytes - self._shard_bytes)
+            if take == 0:
+                if self._shard_rows:
+                    self._finish_shard()
+                    continue
+                take = 1  # a single row above the byte bound: a shard of its own
+            piece = table.slice(offset, take)
+            offset += take
+            self._pending.append(piece)
+            self._pending_rows += take
+            self._shard_rows += take
+            self._shard_bytes += piece.nbytes
+            if self._shard_rows >= self._rows_per_shard or self._shard_bytes >= self._max_bytes:
+                self._finish_shard()
+            elif self._row_group_rows is not None and self._pending_rows >= self._row_group_rows:
+                self._flush_row_group()
+
+    @staticmethod
+    def _fitting(table: pa.Table, offset: int, most: int, room_bytes: int) -> int:
+        """The most rows from ``offset`` (up to ``most``) whose Arrow size fits ``room_bytes``."""
+        if most <= 0 or table.slice(offset, most).nbytes <= room_bytes:
+            return max(most, 0)
+        lo, hi = 0, most  # lo rows fit, hi rows do not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if table.slice(offset, mid).nbytes <= room_bytes:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _flush_row_group(self) -> None:
+        if not self._pending:
+            return
+        table = _concat(self._pending)
+        if self._writer is not None:
+            fitted = _fit(table, self._writer.schema)
+            if fitted is None:  # the columns changed: close this shard, the rows open the next one
+                self._commit_shard()
+                self._shard_rows = self._pending_rows
+                self._shard_bytes = sum(t.nbytes for t in self._pending)
+            else:
+                table = fitted
+        if self._writer is None:
+            self._name = f"part-{uuid.uuid4().hex}.parquet"
+            self._file = self._fs.open(_join(self._path, self._name), "wb")
+            self._writer = pq.ParquetWriter(self._file, table.schema)
+        group = self._row_group_rows or max(table.num_rows, 1)
+        self._writer.write_table(table, row_group_size=group)
+        self._roots.extend(table[C.ROOT].to_pylist())
+        self._pending, self._pending_rows = [], 0
+
+    def _finish_shard(self) -> None:
+        self._flush_row_group()
+        self._commit_shard()
+        self._shard_rows = self._shard_bytes = 0
+
+    def _commit_shard(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        size = self._file.tell()
+        self._file.close()
+        roots, name = tuple(self._roots), self._name
+        self._writer, self._file, self._roots = None, None, []
+        self._commit(SHARD, name, roots, size)
+
+    def _commit(self, kind: str, file: str, roots: tuple[str, ...], size: int) -> None:
+        entry = ManifestEntry(
+            entry=ManifestEntry.name_for(self._run_id, kind, roots), kind=kind, file=file,
+            rows=len(roots), bytes=size, roots=roots, run_id=self._run_id,
+            committed_at=self._clock(),
+        )
+        target = _join(self._path, MANIFEST_DIR, f"{entry.entry}.json")
+        if self._fs.exists(target):  # a retried write task: these rows are committed already
+            self._fs.rm(_join(self._path, file))
+            return
+        _put_atomic(self._fs, target, entry.to_json())
+        self.committed.append(entry)
+
+    def close(self) -> list[ManifestEntry]:
+        """Commit the open shard and the dead-letter rows; return the entries committed."""
+        self._finish_shard()
+        if self._dead:
+            table = _concat(self._dead)
+            name = _join(DEAD_LETTER_DIR, f"part-{uuid.uuid4().hex}.parquet")
+            with self._fs.open(_join(self._path, name), "wb") as f:
+                pq.write_table(table, f)
+                size = f.tell()
+            self._dead = []
+            self._commit(DEAD_LETTER, name, tuple(table["root"].to_pylist()), size)
+        return list(self.committed)
+
+
+@functools.cache
+def _datasink_class() -> type:
+    """The Ray Data sink, built on first use so that this module loads without Ray."""
+    from ray.data import Datasink
+    from ray.data.block import BlockAccessor
+
+    class ShardDatasink(Datasink):
+        """Runs one :class:`ShardWriter` per Ray write task (one input bundle)."""
+
+        def __init__(self, fs: Any, path: str, **writer_kwargs: Any) -> None:
+            self._fs, self._path, self._kwargs = fs, path, writer_kwargs
+
+        @property
+        def min_rows_per_write(self) -> int:
+            """Bundle about one shard's worth of rows per write task."""
+            return int(self._kwargs["rows_per_shard"])
+
+        def write(self, blocks: Iterable[Any], ctx: Any) -> list[str]:
+            """Write one bundle; return the names of the entries committed.
+
+            A task that raises leaves at most an uncommitted file (an orphan readers ignore).
+            """
+            writer = ShardWriter(self._fs, self._path, **self._kwargs)
+            for block in blocks:
+                writer.add(BlockAccessor.for_block(block).to_arrow())
+            return [e.entry for e in writer.close()]
+
+    return ShardDatasink
+
+
+def _manifest(fs: Any, path: str) -> Manifest:
+    directory = _join(path, MANIFEST_DIR)
+    fs.invalidate_cache(directory)
+    if not fs.exists(directory):
+        return Manifest(())
+    names = [
+        p for p in fs.ls(directory, detail=False)
+        if p.endswith(".json") and not p.rpartition("/")[2].startswith(".")
+    ]
+    blobs = fs.cat(names) if names else {}
+    entries = [ManifestEntry.from_json(blobs[name]) for name in names]
+    return Manifest(tuple(sorted(entries, key=lambda e: (e.committed_at, e.entry))))
+
+
+def read_manifest(path: str, *, filesystem: Any = None) -> Manifest:
+    """The committed manifest entries of a shard directory (empty if there is none)."""
+    fs, root = _resolve(path, filesystem)
+    return _manifest(fs, root)
+
+
+def committed_roots(path: str, *, filesystem: Any = None) -> set[str]:
+    """Roots with a committed outcome under ``path``: in a shard or in the dead-letter table."""
+    return read_manifest(path, filesystem=filesystem).committed_roots
+
+
+def _read_files(fs: Any, path: str, entries: Iterable[ManifestEntry], columns: Any) -> list:
+    return [pq.read_table(_join(path, e.file), filesystem=fs, columns=columns) for e in entries]
+
+
+def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None = None) -> pa.Table:
+    """The rows of every shard listed in the manifest (orphan files are ignored), oldest first.
+
+    A root is returned once even if two entries list it (which :func:`write_shards` never produces).
+
+    Args:
+        path: The shard directory.
+        filesystem: An fsspec (or pyarrow) filesystem; inferred from ``path`` when None.
+        columns: Columns to read (``_lineage_root`` is always read).
+
+    Returns:
+        One Arrow table; shards with different user columns are merged, missing values are null.
+    """
+    fs, root = _resolve(path, filesystem)
+    entries = _manifest(fs, root).shards
+    if columns is not None and C.ROOT not in columns:
+        columns = [C.ROOT, *columns]
+    tables, seen = [], set()
+    for entry, table in zip(entries, _read_files(fs, root, entries, columns), strict=True):
+        again = seen.intersection(entry.roots)
+        if again:
+            table = table.filter(pc.invert(pc.is_in(table[C.ROOT], pa.array(sorted(again)))))
+        seen.update(entry.roots)
+        tables.append(table)
+    if not tables:
+        return pa.table({C.ROOT: pa.array([], pa.string())})
+    return _concat(tables)
+
+
+def read_dead_letter(path: str, *, filesystem: Any = None) -> pa.Table:
+    """The dead-letter table: one row per root that did not end PRESENT, newest outcome only.
+
+    Roots that a later run (``retry_failed=True``) committed to a shard are left out.
+
+    Returns:
+        A table with :data:`DEAD_LETTER_SCHEMA`.
+    """
+    fs, root = _resolve(path, filesystem)
+    manifest = _manifest(fs, root)
+    tables = _read_files(fs, root, manifest.dead_letters, None)
+    superseded = set(manifest.present_roots)
+    kept = []
+    for table in reversed(tables):  # newest first: an older row of the same root is superseded
+        roots = table["root"].to_pylist()
+        keep = [i for i, r in enumerate(roots) if r not in superseded]
+        superseded.update(roots)
+        kept.append(table.take(keep).cast(DEAD_LETTER_SCHEMA))
+    if not kept:
+        return DEAD_LETTER_SCHEMA.empty_table()
+    return pa.concat_tables(kept[::-1])
+
+
+def remove_orphans(path: str, *, filesystem: Any = None) -> list[str]:
+    """Delete data files no manifest entry names (left by a killed run); only while no writer runs.
+
+    Returns:
+        The deleted paths.
+    """
+    fs, root = _resolve(path, filesystem)
+    listed = {_join(root, e.file) for e in _manifest(fs, root).entries}
+    fs.invalidate_cache(root)
+    patterns = ("part-*.parquet", f"{DEAD_LETTER_DIR}/part-*", f"{MANIFEST_DIR}/.tmp-*")
+    candidates = [p for pattern in patterns for p in fs.glob(_join(root, pattern))]
+    listed = {fs._strip_protocol(p) for p in listed}
+    orphans = [p for p in candidates if fs._strip_protocol(p) not in listed]
+    for p in orphans:
+        fs.rm(p)
+    return orphans
+
+
+def write_shards(
+    ds: LineageDataset,
+    path: str,
+    *,
+    rows_per_shard: int = 1000,
+    max_bytes_per_shard: int = 256 * MiB,
+    filesystem: Any = None,
+    row_group_rows: int | None = None,
+    resume: bool = True,
+    retry_failed: bool = False,
+) -> ShardResult:
+    """Run ``ds`` and write its rows as Parquet shards under ``path``, exactly once per root.
+
+    Shards are committed by Ray write tasks while the pipeline runs (each task takes about
+    ``rows_per_shard`` rows). The lineage accounting check runs when the run ends; shards committed
+    before a failure stay committed, and a rerun resumes after them.
+
+    Args:
+        ds: A closed lineage plan (``ds.level == 0``).
+        path: Directory (local path or fsspec URL, e.g. ``s3://bucket/shards``).
+        rows_per_shard: Most rows per shard.
+        max_bytes_per_shard: Most Arrow (uncompressed) bytes per shard.
+        filesystem: An fsspec (or pyarrow) filesystem; inferred from ``path`` when None.
+        row_group_rows: Rows per Parquet row group; None writes each shard as one row group.
+        resume: Skip roots already committed under ``path``. False refuses a path that holds any.
+        retry_failed: Also run the roots in the dead-letter table again (only with ``resume``).
+
+    Returns:
+        A :class:`ShardResult` for this call.
+
+    Raises:
+        PlanError: ``ds`` is not a closed plan.
+        ShardError: ``resume=False`` and ``path`` already holds committed entries.
+        ValueError: A size argument is not positive.
+    """
+    if ds.level != 0:
+        raise PlanError(f"write_shards needs a closed plan (level 0), got level {ds.level}")
+    _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
+    fs, root = _resolve(path, filesystem)
+    before = _manifest(fs, root)
+    if before.entries and not resume:
+        raise ShardError(f"{path} already holds {len(before.entries)} committed entries: "
+                         "pass resume=True, or write to a new path")
+    skip = before.present_roots if retry_failed else before.committed_roots
+    run = ds.exclude_roots(skip) if skip else ds
+    run_id = uuid.uuid4().hex
+    for directory in (MANIFEST_DIR, DEAD_LETTER_DIR):
+        fs.makedirs(_join(root, directory), exist_ok=True)
+    sink = _datasink_class()(
+        fs, root, run_id=run_id, rows_per_shard=rows_per_shard,
+        max_bytes_per_shard=max_bytes_per_shard, row_group_rows=row_group_rows,
+    )
+    run.write_datasink(sink)
+    mine = [e for e in _manifest(fs, root).entries if e.run_id == run_id]
+    shards = [e for e in mine if e.kind == SHARD]
+    dead = sum(e.rows for e in mine if e.kind == DEAD_LETTER)
+    return ShardResult(
+        tuple(e.file for e in shards), sum(e.rows for e in shards), dead, len(skip),
+        _join(path, MANIFEST_DIR), run.report(), run_id,
+    )
