@@ -59,7 +59,9 @@ __all__ = [
 ]
 
 
-def from_items(items: Iterable[Mapping[str, Any]], *, id_column: str | None = None) -> LineageDataset:
+def from_items(
+    items: Iterable[Mapping[str, Any]], *, id_column: str | None = None
+) -> LineageDataset:
     """Level-0 rows from Python dicts; ``id_column`` names the root id (else the row position).
 
     Duplicate ids raise :class:`DuplicateRootError` here, before anything runs.

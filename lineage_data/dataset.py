@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from lineage_data._core.errors import LineageError
-from lineage_data._core.plan import Kind, Plan, Source, Stage
+from lineage_data._core.plan import Kind, Plan, Stage
 from lineage_data.report import RunReport
 
 if TYPE_CHECKING:
@@ -73,9 +73,17 @@ class LineageDataset:
         group, not a lost parent.
         """
         return self._then(
-            Kind.EXPAND, fn, name, carry=tuple(carry or ()), fn_kwargs=dict(fn_kwargs or {}),
-            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}), batch_size=batch_size,
-            concurrency=concurrency, num_cpus=num_cpus, num_gpus=num_gpus, on_error=on_error,
+            Kind.EXPAND,
+            fn,
+            name,
+            carry=tuple(carry or ()),
+            fn_kwargs=dict(fn_kwargs or {}),
+            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
+            batch_size=batch_size,
+            concurrency=concurrency,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            on_error=on_error,
             ray_remote_args=ray_remote_args,
         )
 
@@ -103,10 +111,19 @@ class LineageDataset:
         ``max_retries`` times, then halved until the rows that raise fail alone.
         """
         return self._then(
-            Kind.MAP, fn, name, batch_size=batch_size, batch_format=batch_format, concurrency=concurrency,
-            num_cpus=num_cpus, num_gpus=num_gpus, fn_kwargs=dict(fn_kwargs or {}),
-            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}), on_error=on_error,
-            max_retries=max_retries, ray_remote_args=ray_remote_args,
+            Kind.MAP,
+            fn,
+            name,
+            batch_size=batch_size,
+            batch_format=batch_format,
+            concurrency=concurrency,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            fn_kwargs=dict(fn_kwargs or {}),
+            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
+            on_error=on_error,
+            max_retries=max_retries,
+            ray_remote_args=ray_remote_args,
         )
 
     def map(
@@ -124,9 +141,16 @@ class LineageDataset:
     ) -> LineageDataset:
         """A 1:1 row stage: ``fn(row) -> dict`` (or a failure value); same rules as :meth:`map_batches`."""
         return self._then(
-            Kind.MAP_ROWS, fn, name, concurrency=concurrency, num_cpus=num_cpus, num_gpus=num_gpus,
-            fn_kwargs=dict(fn_kwargs or {}), fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
-            on_error=on_error, ray_remote_args=ray_remote_args,
+            Kind.MAP_ROWS,
+            fn,
+            name,
+            concurrency=concurrency,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            fn_kwargs=dict(fn_kwargs or {}),
+            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
+            on_error=on_error,
+            ray_remote_args=ray_remote_args,
         )
 
     def filter(
@@ -143,9 +167,15 @@ class LineageDataset:
     ) -> LineageDataset:
         """Keep rows where ``fn(row)`` is true; the others become DROPPED tombstones (counts stay exact)."""
         return self._then(
-            Kind.FILTER, fn, name, concurrency=concurrency, num_cpus=num_cpus,
-            fn_kwargs=dict(fn_kwargs or {}), fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
-            on_error=on_error, ray_remote_args=ray_remote_args,
+            Kind.FILTER,
+            fn,
+            name,
+            concurrency=concurrency,
+            num_cpus=num_cpus,
+            fn_kwargs=dict(fn_kwargs or {}),
+            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
+            on_error=on_error,
+            ray_remote_args=ray_remote_args,
         )
 
     def reduce_lineage(
@@ -166,14 +196,20 @@ class LineageDataset:
         parent is emitted the moment its own children are all in: no groupby, no barrier.
         """
         return self._then(
-            Kind.REDUCE, fn, name,
-            on_child_failure=on_child_failure, fn_kwargs=dict(fn_kwargs or {}), num_cpus=num_cpus,
+            Kind.REDUCE,
+            fn,
+            name,
+            on_child_failure=on_child_failure,
+            fn_kwargs=dict(fn_kwargs or {}),
+            num_cpus=num_cpus,
             ray_remote_args=ray_remote_args,
         )
 
     def exclude_roots(self, roots: Iterable[str]) -> LineageDataset:
         """This dataset without the given source roots (used to resume a run); they are not expected."""
-        return LineageDataset(replace(self._plan, exclude=self._plan.exclude | frozenset(map(str, roots))))
+        return LineageDataset(
+            replace(self._plan, exclude=self._plan.exclude | frozenset(map(str, roots)))
+        )
 
     # -- inspection -----------------------------------------------------------------------------
     def explain(self) -> str:
@@ -182,12 +218,16 @@ class LineageDataset:
 
     def __repr__(self) -> str:
         names = ", ".join(f"{s.kind.value}:{s.name}" for s in self._plan.stages)
-        return f"LineageDataset(source={self._plan.source.kind}, stages=[{names}], level={self.level})"
+        return (
+            f"LineageDataset(source={self._plan.source.kind}, stages=[{names}], level={self.level})"
+        )
 
     def report(self) -> RunReport:
         """The report of this dataset's last execution."""
         if self._last_run is None:
-            raise LineageError("this dataset has not been executed yet: consume it first (take_all, write_...)")
+            raise LineageError(
+                "this dataset has not been executed yet: consume it first (take_all, write_...)"
+            )
         return self._last_run
 
     # -- execution ------------------------------------------------------------------------------
@@ -199,7 +239,9 @@ class LineageDataset:
     def _set_report(self, report: RunReport) -> None:
         self._last_run = report
 
-    def iter_batches(self, *, batch_size: int | None = None, batch_format: str = "pyarrow") -> Iterator[Any]:
+    def iter_batches(
+        self, *, batch_size: int | None = None, batch_format: str = "pyarrow"
+    ) -> Iterator[Any]:
         """Stream output batches as parents commit; the run is checked when the stream ends."""
         return self._execution().iter_batches(batch_size=batch_size, batch_format=batch_format)
 
@@ -225,7 +267,7 @@ class LineageDataset:
         """The number of output rows."""
         return sum(b.num_rows for b in self.iter_batches())
 
-    def materialize(self) -> ray.data.MaterializedDataset:
+    def materialize(self) -> ray.data.Dataset:
         """Execute and keep the output in the Ray object store (a Ray ``MaterializedDataset``)."""
         return self._execution().materialize()
 

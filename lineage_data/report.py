@@ -37,11 +37,13 @@ class RunReport:
         for stage, kind in stage_kinds.items():
             c = counts.get(stage, {})
             stage_rows.append(
-                {"stage": stage, "kind": kind, **{o.lower(): int(c.get(o, 0)) for o in OUTCOME_COLUMNS},
-                 "children": int(c.get("children", 0)) if kind == "expand" else None}
+                {
+                    "stage": stage,
+                    "kind": kind,
+                    **{o.lower(): int(c.get(o, 0)) for o in OUTCOME_COLUMNS},
+                    "children": int(c.get("children", 0)) if kind == "expand" else None,
+                }
             )
-        schema = {"stage": pl.String, "kind": pl.String, **{o.lower(): pl.Int64 for o in OUTCOME_COLUMNS},
-                  "children": pl.Int64}
         terminal = snapshot["terminal"]
         parents = pl.DataFrame(
             {
@@ -51,11 +53,10 @@ class RunReport:
                 "stage": [t[2] for t in terminal.values()],
                 "committed_s": [float(t[3]) for t in terminal.values()],
             },
-            schema={"root": pl.String, "outcome": pl.String, "cause": pl.String, "stage": pl.String,
-                    "committed_s": pl.Float64},
+            schema=_PARENT_SCHEMA,
         ).sort("committed_s")
         return cls(
-            stages=pl.DataFrame(stage_rows, schema=schema),
+            stages=pl.DataFrame(stage_rows, schema=_STAGE_SCHEMA),
             parents=parents,
             wall_s=wall_s,
             coordinator_calls=int(snapshot["progress"]["reports"]),
@@ -74,7 +75,9 @@ class RunReport:
             f"({self.parents.height} total) in {self.wall_s:.1f}s, {self.coordinator_calls} coordinator calls"
         ]
         for row in self.stages.iter_rows(named=True):
-            counts = ", ".join(f"{o.lower()}={row[o.lower()]}" for o in OUTCOME_COLUMNS if row[o.lower()])
+            counts = ", ".join(
+                f"{o.lower()}={row[o.lower()]}" for o in OUTCOME_COLUMNS if row[o.lower()]
+            )
             extra = f", children={row['children']}" if row["children"] is not None else ""
             lines.append(f"  {row['kind']:<8} {row['stage']:<20} {counts}{extra}")
         if self.failures.height:
@@ -86,3 +89,77 @@ class RunReport:
 
     def __str__(self) -> str:
         return self.summary()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready): stages and parents as lists of records."""
+        return {
+            "wall_s": self.wall_s,
+            "coordinator_calls": self.coordinator_calls,
+            "stages": self.stages.to_dicts(),
+            "parents": self.parents.to_dicts(),
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunReport:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            stages=pl.DataFrame(data["stages"], schema=_STAGE_SCHEMA),
+            parents=pl.DataFrame(data["parents"], schema=_PARENT_SCHEMA),
+            wall_s=float(data["wall_s"]),
+            coordinator_calls=int(data["coordinator_calls"]),
+            extra=dict(data.get("extra", {})),
+        )
+
+    def plot_timeline(self, path: str) -> str:
+        """Save a PNG of parent commits over time (cumulative, committed vs failed). Needs matplotlib."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover - optional extra
+            raise ImportError(
+                "plotting needs matplotlib: pip install 'lineage-data[plot]'"
+            ) from exc
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for outcome, color in (
+            ("PRESENT", "tab:green"),
+            ("FAILED", "tab:red"),
+            ("SUPPRESSED", "tab:orange"),
+        ):
+            times = sorted(
+                self.parents.filter(pl.col("outcome") == outcome)["committed_s"].to_list()
+            )
+            if times:
+                ax.step(
+                    times,
+                    range(1, len(times) + 1),
+                    where="post",
+                    color=color,
+                    label=outcome.lower(),
+                )
+        ax.set_xlabel("seconds since start")
+        ax.set_ylabel("parents")
+        ax.set_xlim(0, max(self.wall_s, 1e-3))
+        ax.set_title(f"parent commits ({self.parents.height} parents, wall {self.wall_s:.1f}s)")
+        ax.legend(loc="upper left")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
+
+
+_STAGE_SCHEMA = {
+    "stage": pl.String,
+    "kind": pl.String,
+    **{o.lower(): pl.Int64 for o in OUTCOME_COLUMNS},
+    "children": pl.Int64,
+}
+_PARENT_SCHEMA = {
+    "root": pl.String,
+    "outcome": pl.String,
+    "cause": pl.String,
+    "stage": pl.String,
+    "committed_s": pl.Float64,
+}

@@ -21,7 +21,12 @@ def ray_session():
 
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
-    paths = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration"), str(ROOT / "tests" / "e2e")]
+    paths = [
+        str(ROOT),
+        str(ROOT / "tests"),
+        str(ROOT / "tests" / "integration"),
+        str(ROOT / "tests" / "e2e"),
+    ]
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(paths + ([old] if old else []))
     if not ray.is_initialized():

@@ -40,7 +40,9 @@ def _call_one(stage, row):
         out = fn(pa.Table.from_pylist([row]), **stage.fn_kwargs)
         if isinstance(out, pa.Table):
             return out.to_pylist()[0]
-        value = {k: (v.to_pylist() if hasattr(v, "to_pylist") else list(v))[0] for k, v in out.items()}
+        value = {
+            k: (v.to_pylist() if hasattr(v, "to_pylist") else list(v))[0] for k, v in out.items()
+        }
         for v in value.values():
             if isinstance(v, RecordFailure | GroupFailure):
                 return v
@@ -60,7 +62,10 @@ def _run(stages, offset, ents, nested):
                     e.outcome = "SUPPRESSED" if e.outcome == "FAILED" else e.outcome
                     continue
                 try:
-                    kids = [Ent("PRESENT", {**{c: e.row[c] for c in st.carry}, **k}) for k in st.fn(dict(e.row))]
+                    kids = [
+                        Ent("PRESENT", {**{c: e.row[c] for c in st.carry}, **k})
+                        for k in st.fn(dict(e.row))
+                    ]
                 except Exception as exc:  # noqa: BLE001
                     e.outcome, e.cause = "FAILED", f"{type(exc).__name__}: {exc}"
                     continue
@@ -75,7 +80,9 @@ def _run(stages, offset, ents, nested):
                     first = sorted(broken, key=lambda k: k.outcome != "FAILED")[0]
                     e.outcome, e.cause = "SUPPRESSED", first.cause
                     continue
-                parent = pickle.loads(pickle.dumps({k: v for k, v in e.row.items() if not isinstance(v, bytes)}))
+                parent = pickle.loads(
+                    pickle.dumps({k: v for k, v in e.row.items() if not isinstance(v, bytes)})
+                )
                 try:
                     if red.fn is None:
                         names = dict.fromkeys(n for r in kept for n in r if n not in st.carry)

@@ -30,7 +30,12 @@ class ExpandOp:
     """
 
     def __init__(
-        self, stage: Stage, index: int, coordinator: Any, *, rows_per_block: int = DEFAULT_ROWS_PER_BLOCK
+        self,
+        stage: Stage,
+        index: int,
+        coordinator: Any,
+        *,
+        rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
     ) -> None:
         self._stage = stage
         self._index = index
@@ -54,22 +59,24 @@ class ExpandOp:
             header = {C.ROOT: lineage[C.ROOT], C.PATH: lineage[C.PATH], C.SIZE: 0}
             entering = outcomes.entering(status)
             if entering is None:
-                children = self._children(row, lineage, buffer)
-                for block in children:
-                    yield block
+                children = _Children(self, row, lineage, buffer)
+                yield from children
                 size, entering = children.result
                 header[C.SIZE] = size
                 header[C.PARENT] = self._parent_payload(row)
                 counts["children"] += size
-            header.update({C.OUTCOME: entering.outcome.value, C.CAUSE: entering.cause, C.STAGE: entering.stage})
+            header.update(
+                {
+                    C.OUTCOME: entering.outcome.value,
+                    C.CAUSE: entering.cause,
+                    C.STAGE: entering.stage,
+                }
+            )
             counts[entering.outcome.value] += 1
             headers.append(header)
         if buffer or headers:
             yield C.rows_to_table(buffer + headers)
         self._coordinator.count(self._stage.name, dict(counts))
-
-    def _children(self, row: dict, lineage: dict, buffer: list[dict]) -> _Children:
-        return _Children(self, row, lineage, buffer)
 
     def _carry(self, row: dict) -> dict:
         missing = [c for c in self._stage.carry if c not in row]
@@ -81,7 +88,11 @@ class ExpandOp:
         return {c: row[c] for c in self._stage.carry}
 
     def _parent_payload(self, row: dict) -> bytes:
-        kept = {k: v for k, v in row.items() if k in self._stage.carry or not isinstance(v, bytes | bytearray)}
+        kept = {
+            k: v
+            for k, v in row.items()
+            if k in self._stage.carry or not isinstance(v, bytes | bytearray)
+        }
         return pickle.dumps(kept, protocol=5)
 
     def _check(self, child: object, ordinal: int) -> Mapping:
@@ -91,7 +102,9 @@ class ExpandOp:
             )
         reserved = [k for k in child if C.is_reserved(str(k))]
         if reserved:
-            raise ContractError(f"expand_lineage {self._stage.name!r}: child uses reserved column(s) {reserved}")
+            raise ContractError(
+                f"expand_lineage {self._stage.name!r}: child uses reserved column(s) {reserved}"
+            )
         return child
 
 
@@ -110,7 +123,9 @@ class _Children:
         try:
             for child in op._fn(dict(self._row), **stage.fn_kwargs):
                 child = op._check(child, n)
-                self._buffer.append({**carry, **child, C.ROOT: root, C.PATH: [*path, n], C.OUTCOME: "PRESENT"})
+                self._buffer.append(
+                    {**carry, **child, C.ROOT: root, C.PATH: [*path, n], C.OUTCOME: "PRESENT"}
+                )
                 n += 1
                 if len(self._buffer) >= op._rows_per_block:
                     yield C.rows_to_table(self._buffer)
@@ -119,7 +134,9 @@ class _Children:
             raise
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             if stage.on_error == "raise":
-                raise UserCodeError(f"expand_lineage {stage.name!r} raised: {describe(exc)}") from exc
+                raise UserCodeError(
+                    f"expand_lineage {stage.name!r} raised: {describe(exc)}"
+                ) from exc
             self.result = (n, outcomes.from_exception(exc, stage.name))
             return
         self.result = (n, outcomes.PRESENT)

@@ -30,7 +30,9 @@ class LocalRun:
     state: LineageState
 
 
-def _batches(table: pa.Table, rng: random.Random, batch_size: int | None, shuffle: bool) -> Iterator[pa.Table]:
+def _batches(
+    table: pa.Table, rng: random.Random, batch_size: int | None, shuffle: bool
+) -> Iterator[pa.Table]:
     order = list(range(table.num_rows))
     if shuffle:
         rng.shuffle(order)

@@ -121,7 +121,9 @@ def reduce_group(header: Status, children: Sequence[Status], on_child_failure: s
     if not header.present:
         return GroupVerdict(header, (), ())
     kept = tuple(i for i, s in enumerate(children) if s.present)
-    broken = [i for i, s in enumerate(children) if s.outcome in (Outcome.FAILED, Outcome.SUPPRESSED)]
+    broken = [
+        i for i, s in enumerate(children) if s.outcome in (Outcome.FAILED, Outcome.SUPPRESSED)
+    ]
     if not broken:
         return GroupVerdict(None, kept, ())
     if on_child_failure == "skip":

@@ -83,9 +83,13 @@ class Plan:
     def then(self, stage: Stage) -> Plan:
         """This plan with one more stage, checked now."""
         if stage.level != self.level:
-            raise PlanError(f"stage {stage.name!r} reads level {stage.level}, the plan is at {self.level}")
+            raise PlanError(
+                f"stage {stage.name!r} reads level {stage.level}, the plan is at {self.level}"
+            )
         if stage.kind is Kind.REDUCE and self.level == 0:
-            raise PlanError(f"reduce_lineage {stage.name!r}: no open level to reduce (call expand_lineage first)")
+            raise PlanError(
+                f"reduce_lineage {stage.name!r}: no open level to reduce (call expand_lineage first)"
+            )
         if any(s.name == stage.name for s in self.stages):
             raise PlanError(f"stage name {stage.name!r} is used twice; names must be unique")
         _check_options(stage)
@@ -116,7 +120,9 @@ class Plan:
             indent = "  " * (min(stage.level, stage.level_out) + 1)
             lines.append(f"{indent}[{i}] {stage.kind.value} {stage.name!r}: {_describe(stage)}")
         if self.level:
-            lines.append(f"open levels at the end: {self.level} (rows are level-{self.level} entities)")
+            lines.append(
+                f"open levels at the end: {self.level} (rows are level-{self.level} entities)"
+            )
         return "\n".join(lines)
 
 
@@ -137,7 +143,9 @@ def _describe(stage: Stage) -> str:
 
 def _check_options(stage: Stage) -> None:
     if stage.on_error not in ON_ERROR:
-        raise PlanError(f"stage {stage.name!r}: on_error must be one of {ON_ERROR}, got {stage.on_error!r}")
+        raise PlanError(
+            f"stage {stage.name!r}: on_error must be one of {ON_ERROR}, got {stage.on_error!r}"
+        )
     if stage.on_child_failure not in ON_CHILD_FAILURE:
         raise PlanError(
             f"stage {stage.name!r}: on_child_failure must be one of {ON_CHILD_FAILURE}, "

@@ -75,7 +75,9 @@ class ReduceOp:
         """Process one batch; returns the parents it completed and the rows of outer levels."""
         table = C.conform(table)
         level = self._stage.level
-        member = pc.or_(C.depth_mask(table, level, header=False), C.depth_mask(table, level, header=True))
+        member = pc.or_(
+            C.depth_mask(table, level, header=False), C.depth_mask(table, level, header=True)
+        )
         passthrough = C.lineage_only(table.filter(pc.invert(member)))
         done: list[GroupKey] = []
         for row in table.filter(member).to_pylist():
@@ -119,13 +121,24 @@ class ReduceOp:
         )
         lineage = {C.ROOT: key[0], C.PATH: list(key[1])}
         if verdict.status is not None:
-            return {**lineage, C.OUTCOME: verdict.status.outcome.value, C.CAUSE: verdict.status.cause,
-                    C.STAGE: verdict.status.stage}
+            return {
+                **lineage,
+                C.OUTCOME: verdict.status.outcome.value,
+                C.CAUSE: verdict.status.cause,
+                C.STAGE: verdict.status.stage,
+            }
         parent = pickle.loads(header[C.PARENT]) if header[C.PARENT] else {}
-        kids = [{k: v for k, v in children[i].items() if not C.is_reserved(k)} for i in verdict.kept]
+        kids = [
+            {k: v for k, v in children[i].items() if not C.is_reserved(k)} for i in verdict.kept
+        ]
         status, value = self._call(parent, kids)
         if not status.present:
-            return {**lineage, C.OUTCOME: status.outcome.value, C.CAUSE: status.cause, C.STAGE: status.stage}
+            return {
+                **lineage,
+                C.OUTCOME: status.outcome.value,
+                C.CAUSE: status.cause,
+                C.STAGE: status.stage,
+            }
         row = {**value, **lineage, C.OUTCOME: Outcome.PRESENT.value}
         if self._stage.on_child_failure == "skip":
             row[C.MISSING] = list(verdict.missing)
@@ -143,8 +156,12 @@ class ReduceOp:
         if is_failure(value):
             return outcomes.from_value(value, name), {}
         if not isinstance(value, Mapping):
-            raise ContractError(f"reduce_lineage {name!r}: fn must return a dict, got {type(value).__name__}")
+            raise ContractError(
+                f"reduce_lineage {name!r}: fn must return a dict, got {type(value).__name__}"
+            )
         reserved = [k for k in value if C.is_reserved(str(k))]
         if reserved:
-            raise ContractError(f"reduce_lineage {name!r}: result uses reserved column(s) {reserved}")
+            raise ContractError(
+                f"reduce_lineage {name!r}: result uses reserved column(s) {reserved}"
+            )
         return outcomes.PRESENT, dict(value)

@@ -74,7 +74,13 @@ class RowStageOp:
         paths = [tuple(p) for p in live[C.PATH].to_pylist()]
         handoff = self._coordinator.handoff(self._index, roots, paths)
         tomb_rows = [
-            {C.ROOT: roots[i], C.PATH: list(paths[i]), C.OUTCOME: "SUPPRESSED", C.CAUSE: cause, C.STAGE: name}
+            {
+                C.ROOT: roots[i],
+                C.PATH: list(paths[i]),
+                C.OUTCOME: "SUPPRESSED",
+                C.CAUSE: cause,
+                C.STAGE: name,
+            }
             for i, cause in handoff.barred.items()
         ]
         counts["SUPPRESSED"] += len(tomb_rows)
@@ -102,15 +108,25 @@ class RowStageOp:
                 continue
             if j in commit.suppressed:
                 tomb_rows.append(
-                    {C.ROOT: roots[i], C.PATH: list(paths[i]), C.OUTCOME: "SUPPRESSED",
-                     C.CAUSE: commit.suppressed[j], C.STAGE: name}
+                    {
+                        C.ROOT: roots[i],
+                        C.PATH: list(paths[i]),
+                        C.OUTCOME: "SUPPRESSED",
+                        C.CAUSE: commit.suppressed[j],
+                        C.STAGE: name,
+                    }
                 )
             elif status.present:
                 keep.append(j)
             else:
                 tomb_rows.append(
-                    {C.ROOT: roots[i], C.PATH: list(paths[i]), C.OUTCOME: status.outcome.value,
-                     C.CAUSE: status.cause, C.STAGE: status.stage}
+                    {
+                        C.ROOT: roots[i],
+                        C.PATH: list(paths[i]),
+                        C.OUTCOME: status.outcome.value,
+                        C.CAUSE: status.cause,
+                        C.STAGE: status.stage,
+                    }
                 )
         out = [C.rows_to_table(tomb_rows)] if tomb_rows else []
         if keep:

@@ -46,7 +46,10 @@ def check_unique(ids: Iterable[str], id_column: str | None) -> None:
 
 def content_ids(table: pa.Table) -> list[str]:
     """Stable ids from row content, for sources without an id column (identical rows collide)."""
-    return [hashlib.sha1(pickle.dumps(sorted(row.items()))).hexdigest()[:20] for row in table.to_pylist()]
+    return [
+        hashlib.sha1(pickle.dumps(sorted(row.items()))).hexdigest()[:20]
+        for row in table.to_pylist()
+    ]
 
 
 def with_lineage(table: pa.Table, roots: Sequence[str]) -> pa.Table:

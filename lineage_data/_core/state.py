@@ -123,7 +123,9 @@ class LineageState:
         self._reports += 1
         for root in roots:
             if root in self._roots:
-                raise DuplicateRootError(f"duplicate lineage root id {root!r}: source ids must be unique")
+                raise DuplicateRootError(
+                    f"duplicate lineage root id {root!r}: source ids must be unique"
+                )
             self._roots.add(root)
 
     def exclude_roots(self, roots: Iterable[str]) -> None:
@@ -178,7 +180,9 @@ class LineageState:
                 parent = self._parents[pid]
                 if parent.barrier is None:
                     self._generation += 1
-                    parent.barrier = Barrier(stage_index, causes[i] or "GroupFailure", self._generation)
+                    parent.barrier = Barrier(
+                        stage_index, causes[i] or "GroupFailure", self._generation
+                    )
         suppressed: dict[int, str] = {}
         tally: Counter[str] = Counter(counts or {})
         for i, (pid, ordinal) in enumerate(units):
@@ -283,6 +287,9 @@ class LineageState:
         """Everything the run report needs, as plain data."""
         return {
             "counts": {stage: dict(c) for stage, c in self._counts.items()},
-            "terminal": {root: (t.outcome, t.cause, t.stage, t.committed_s) for root, t in self._terminal.items()},
+            "terminal": {
+                root: (t.outcome, t.cause, t.stage, t.committed_s)
+                for root, t in self._terminal.items()
+            },
             "progress": self.progress(),
         }

@@ -20,7 +20,9 @@ class TerminalOp:
     headers are removed from the output.
     """
 
-    def __init__(self, level: int, coordinator: Any, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, level: int, coordinator: Any, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self._level = level
         self._coordinator = coordinator
         self._clock = clock

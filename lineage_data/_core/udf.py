@@ -41,7 +41,11 @@ def to_format(table: pa.Table, batch_format: str) -> Any:
 def _column_values(values: Any) -> list:
     if isinstance(values, pa.ChunkedArray | pa.Array):
         return values.to_pylist()
-    if hasattr(values, "tolist") and getattr(values, "dtype", None) is not None and values.dtype != object:
+    if (
+        hasattr(values, "tolist")
+        and getattr(values, "dtype", None) is not None
+        and values.dtype != object
+    ):
         return values.tolist()
     return list(values)
 
@@ -63,7 +67,9 @@ def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
         columns = {str(k): _column_values(v) for k, v in output.items()}
         lengths = {len(v) for v in columns.values()}
         if len(lengths) > 1:
-            raise ContractError(f"stage {stage!r}: output columns have different lengths {sorted(lengths)}")
+            raise ContractError(
+                f"stage {stage!r}: output columns have different lengths {sorted(lengths)}"
+            )
         rows = lengths.pop() if lengths else expected_rows
         table = None
     if rows != expected_rows:
@@ -99,7 +105,9 @@ def _table(columns: dict[str, list], rows: int) -> pa.Table:
 
 def failed_rows(n: int, status: Status) -> BatchResult:
     """A result in which all ``n`` rows carry ``status`` and no values."""
-    return BatchResult(pa.table({"__empty__": pa.nulls(n)}).drop(["__empty__"]), [status] * n, [False] * n)
+    return BatchResult(
+        pa.table({"__empty__": pa.nulls(n)}).drop(["__empty__"]), [status] * n, [False] * n
+    )
 
 
 class BatchCaller:
@@ -217,12 +225,20 @@ class RowCaller:
             value = self._fn(row, **self._kwargs)
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             if self._on_error == "raise":
-                raise UserCodeError(f"stage {self._stage!r} raised on a row: {describe(exc)}") from exc
+                raise UserCodeError(
+                    f"stage {self._stage!r} raised on a row: {describe(exc)}"
+                ) from exc
             return None, outcomes.from_exception(exc, self._stage), False
         if is_failure(value):
             return None, outcomes.from_value(value, self._stage), isinstance(value, GroupFailure)
         if self._predicate:
-            return (row, outcomes.PRESENT, False) if value else (None, outcomes.dropped(self._stage), False)
+            return (
+                (row, outcomes.PRESENT, False)
+                if value
+                else (None, outcomes.dropped(self._stage), False)
+            )
         if not isinstance(value, Mapping):
-            raise ContractError(f"stage {self._stage!r}: map fn must return a dict per row, got {type(value).__name__}")
+            raise ContractError(
+                f"stage {self._stage!r}: map fn must return a dict per row, got {type(value).__name__}"
+            )
         return dict(value), outcomes.PRESENT, False

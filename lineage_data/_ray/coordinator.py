@@ -29,7 +29,7 @@ class CoordinatorActor:
 def start_coordinator(started_at: float) -> Any:
     """Start a coordinator pinned to this (the driver's) node."""
     node_id = ray.get_runtime_context().get_node_id()
-    return CoordinatorActor.options(
+    return CoordinatorActor.options(  # type: ignore[attr-defined]
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
     ).remote(started_at)
 

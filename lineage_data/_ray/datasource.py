@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -71,7 +72,9 @@ class FileDatasource(Datasource):
     def estimate_inmemory_data_size(self) -> int | None:  # noqa: D102
         return sum(size for _, size in self._files)
 
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None) -> list[ReadTask]:  # noqa: D102, E501
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+    ) -> list[ReadTask]:  # noqa: D102, E501
         tasks = []
         fs = self._fs
         for start in range(0, len(self._files), self._per_task):
@@ -79,8 +82,8 @@ class FileDatasource(Datasource):
             meta = BlockMetadata(
                 num_rows=len(chunk),
                 size_bytes=sum(s for _, s in chunk),
-                input_files=[u for u, _ in chunk],
+                input_files=tuple(u for u, _ in chunk),
                 exec_stats=None,
             )
-            tasks.append(ReadTask(lambda chunk=chunk: _read(fs, chunk), meta))
+            tasks.append(ReadTask(functools.partial(_read, fs, chunk), meta))
         return tasks

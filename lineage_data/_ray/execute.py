@@ -86,6 +86,7 @@ class Execution:
         self._begin()
         try:
             for batch in self.dataset.iter_batches(batch_size=batch_size, batch_format="pyarrow"):
+                assert isinstance(batch, pa.Table)
                 if batch.num_rows:
                     yield _convert(batch, batch_format)
         except BaseException:

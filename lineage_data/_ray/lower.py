@@ -39,7 +39,9 @@ def _actor_class(plan: Plan, index: int, client: Any, rows_per_block: int, gener
             def __call__(self, batch: pa.Table) -> Any:
                 return self._op(batch)
 
-    StageActor.__name__ = StageActor.__qualname__ = f"Lineage_{plan.stages[index].kind.value}_{index}"
+    StageActor.__name__ = StageActor.__qualname__ = (
+        f"Lineage_{plan.stages[index].kind.value}_{index}"
+    )
     return StageActor
 
 
@@ -75,7 +77,9 @@ def _resources(stage: Stage) -> dict[str, Any]:
     return args
 
 
-def lower_stage(ds: ray.data.Dataset, plan: Plan, index: int, client: Any, rows_per_block: int) -> Any:
+def lower_stage(
+    ds: ray.data.Dataset, plan: Plan, index: int, client: Any, rows_per_block: int
+) -> Any:
     """Append stage ``index`` of ``plan`` to ``ds``."""
     stage = plan.stages[index]
     if stage.kind is Kind.REDUCE:
@@ -83,7 +87,10 @@ def lower_stage(ds: ray.data.Dataset, plan: Plan, index: int, client: Any, rows_
         args.setdefault("num_cpus", REDUCER_CPUS)
         return ds.map_batches(
             _actor_class(plan, index, client, rows_per_block, generator=False),
-            batch_format="pyarrow", batch_size=None, compute=ActorPoolStrategy(size=1), **args,
+            batch_format="pyarrow",
+            batch_size=None,
+            compute=ActorPoolStrategy(size=1),
+            **args,
         )
     generator = stage.kind is Kind.EXPAND
     compute = _compute(stage)
@@ -93,7 +100,11 @@ def lower_stage(ds: ray.data.Dataset, plan: Plan, index: int, client: Any, rows_
         else _task_fn(plan, index, client, rows_per_block, generator)
     )
     ds = ds.map_batches(
-        fn, batch_format="pyarrow", batch_size=stage.batch_size, compute=compute, zero_copy_batch=True,
+        fn,
+        batch_format="pyarrow",
+        batch_size=stage.batch_size,
+        compute=compute,
+        zero_copy_batch=True,
         **_resources(stage),
     )
     if generator:
@@ -114,7 +125,9 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
         keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
         tables = [
             with_lineage(pa.Table.from_pylist([items[i] for i in chunk]), [roots[i] for i in chunk])
-            for chunk in (keep[j : j + ITEMS_PER_BLOCK] for j in range(0, len(keep), ITEMS_PER_BLOCK))
+            for chunk in (
+                keep[j : j + ITEMS_PER_BLOCK] for j in range(0, len(keep), ITEMS_PER_BLOCK)
+            )
         ]
         return ray.data.from_arrow(tables or [C.empty()])
     if src.kind == "files":
@@ -146,7 +159,9 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
     raise ValueError(f"unknown source kind {src.kind!r}")
 
 
-def lower(plan: Plan, client: Any, *, rows_per_block: int = DEFAULT_ROWS_PER_BLOCK) -> ray.data.Dataset:
+def lower(
+    plan: Plan, client: Any, *, rows_per_block: int = DEFAULT_ROWS_PER_BLOCK
+) -> ray.data.Dataset:
     """The whole plan as a lazy Ray Dataset ending in the terminal step."""
     ds = source_dataset(plan, client)
     ds.context.raise_original_map_exception = True

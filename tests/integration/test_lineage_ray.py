@@ -8,9 +8,9 @@ import time
 import pyarrow as pa
 import pytest
 import ray
+from reference import reference, user_part
 
 import lineage_data as ld
-from reference import reference, user_part
 
 
 def long_tail(n, seed, hi=400):
@@ -38,8 +38,10 @@ class Gpu:
             pathlib.Path(self.crash_marker).touch()
             os._exit(1)  # the actor dies mid-batch on its first attempt
         docs, pages_ = batch["doc"].to_pylist(), batch["page"].to_pylist()
-        out = [ld.GroupFailure("poison") if (d, p) in self.poison else f"{d}:{p}"
-               for d, p in zip(docs, pages_, strict=True)]
+        out = [
+            ld.GroupFailure("poison") if (d, p) in self.poison else f"{d}:{p}"
+            for d, p in zip(docs, pages_, strict=True)
+        ]
         with self.log.open("a") as f:
             f.write(f"{time.time()} {len(out)}\n")
         return {"text": out}
@@ -51,16 +53,28 @@ def assemble(parent, children):
 
 def plan(counts, log_dir, **gpu_kwargs):
     items = [{"doc": f"d{i:03d}", "n": n} for i, n in enumerate(counts)]
-    return (ld.from_items(items, id_column="doc")
-            .expand_lineage(pages, carry=["doc"], name="render")
-            .map_batches(Gpu, name="ocr", batch_size=32, concurrency=4, num_gpus=1, num_cpus=0.25,
-                         fn_constructor_kwargs={"log_dir": str(log_dir), **gpu_kwargs})
-            .reduce_lineage(assemble, name="assemble"))
+    return (
+        ld.from_items(items, id_column="doc")
+        .expand_lineage(pages, carry=["doc"], name="render")
+        .map_batches(
+            Gpu,
+            name="ocr",
+            batch_size=32,
+            concurrency=4,
+            num_gpus=1,
+            num_cpus=0.25,
+            fn_constructor_kwargs={"log_dir": str(log_dir), **gpu_kwargs},
+        )
+        .reduce_lineage(assemble, name="assemble")
+    )
 
 
 def batch_ends(log_dir):
-    return sorted(float(line.split()[0]) for f in pathlib.Path(log_dir).glob("gpu-*.log")
-                  for line in f.read_text().splitlines())
+    return sorted(
+        float(line.split()[0])
+        for f in pathlib.Path(log_dir).glob("gpu-*.log")
+        for line in f.read_text().splitlines()
+    )
 
 
 def check_against_reference(ds, rows):
@@ -122,20 +136,29 @@ def test_poison_run_suppresses_siblings_of_poisoned_parents_only(tmp_path):
 
 
 def test_nested_levels_on_ray():
-    items = [{"doc": "a", "pages": [[], [10, 11]]}, {"doc": "b", "pages": []}, {"doc": "c", "pages": [[1]]}]
-    ds = (ld.from_items(items, id_column="doc")
-          .expand_lineage(lambda r: ({"regions": p} for p in r["pages"]), name="pages")
-          .expand_lineage(lambda r: ({"v": v} for v in r["regions"]), name="regions")
-          .map_batches(lambda b: {"v": pa.compute.add(b["v"], 0)}, name="noop")
-          .reduce_lineage(lambda p, ch: {"values": [c["v"] for c in ch]}, name="page")
-          .reduce_lineage(lambda p, ch: {"doc": p["doc"], "pages": [c["values"] for c in ch]}, name="doc"))
+    items = [
+        {"doc": "a", "pages": [[], [10, 11]]},
+        {"doc": "b", "pages": []},
+        {"doc": "c", "pages": [[1]]},
+    ]
+    ds = (
+        ld.from_items(items, id_column="doc")
+        .expand_lineage(lambda r: ({"regions": p} for p in r["pages"]), name="pages")
+        .expand_lineage(lambda r: ({"v": v} for v in r["regions"]), name="regions")
+        .map_batches(lambda b: {"v": pa.compute.add(b["v"], 0)}, name="noop")
+        .reduce_lineage(lambda p, ch: {"values": [c["v"] for c in ch]}, name="page")
+        .reduce_lineage(
+            lambda p, ch: {"doc": p["doc"], "pages": [c["values"] for c in ch]}, name="doc"
+        )
+    )
     out = {r["_lineage_root"]: r["pages"] for r in ds.take_all()}
     assert out == {"a": [[], [10, 11]], "b": [], "c": [[1]]}
 
 
 def test_contract_error_reaches_the_driver_with_its_type():
-    ds = ld.from_items([{"v": i} for i in range(8)]).map_batches(lambda b: {"v": [1]}, name="shrink",
-                                                                 batch_size=4)
+    ds = ld.from_items([{"v": i} for i in range(8)]).map_batches(
+        lambda b: {"v": [1]}, name="shrink", batch_size=4
+    )
     with pytest.raises(ld.ContractError, match="stage 'shrink'"):
         ds.take_all()
 
@@ -151,14 +174,19 @@ def test_from_ray_read_files_and_write_parquet(tmp_path):
     ds = ld.from_ray(src, id_column="id").expand_lineage(pages).reduce_lineage()
     # the default reduce of a parent with no children has no child columns to list
     assert sorted((r["_lineage_root"], r.get("page") or []) for r in ds.take_all()) == [
-        (f"k{i}", list(range(i % 3))) for i in range(6)]
+        (f"k{i}", list(range(i % 3))) for i in range(6)
+    ]
     files = tmp_path / "in"
     files.mkdir()
     for i in range(3):
         (files / f"f{i}.txt").write_bytes(b"line\n" * (i + 1))
-    lines = ld.read_files(str(files)).expand_lineage(
-        lambda r: ({"line": x} for x in r["bytes"].decode().splitlines()), name="lines").reduce_lineage(
-        lambda p, ch: {"path": p["path"], "lines": len(ch)})
+    lines = (
+        ld.read_files(str(files))
+        .expand_lineage(
+            lambda r: ({"line": x} for x in r["bytes"].decode().splitlines()), name="lines"
+        )
+        .reduce_lineage(lambda p, ch: {"path": p["path"], "lines": len(ch)})
+    )
     lines.write_parquet(str(tmp_path / "out"))
     table = pa.parquet.read_table(str(tmp_path / "out"))
     got = dict(zip(table["path"].to_pylist(), table["lines"].to_pylist(), strict=True))
@@ -181,5 +209,10 @@ def test_isolate_on_ray_fails_only_the_poisoned_row():
 
     ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(fragile, batch_size=4)
     rows = {r["_lineage_root"]: r for r in ds.take_all()}
-    assert [rows[k]["_lineage_outcome"] for k in "0123"] == ["PRESENT", "PRESENT", "FAILED", "PRESENT"]
+    assert [rows[k]["_lineage_outcome"] for k in "0123"] == [
+        "PRESENT",
+        "PRESENT",
+        "FAILED",
+        "PRESENT",
+    ]
     assert rows["2"]["_lineage_cause"] == "ValueError: poisoned"

@@ -6,8 +6,16 @@ import pytest
 
 @pytest.mark.parametrize(
     "module",
-    ["lineage_data", "lineage_data._core", "lineage_data._core.local", "connectors.pdf", "connectors.video",
-     "connectors.testing", "connectors.s3", "connectors.vllm"],
+    [
+        "lineage_data",
+        "lineage_data._core",
+        "lineage_data._core.local",
+        "connectors.pdf",
+        "connectors.video",
+        "connectors.testing",
+        "connectors.s3",
+        "connectors.vllm",
+    ],
 )
 def test_import_loads_no_ray(module):
     code = (
@@ -15,5 +23,7 @@ def test_import_loads_no_ray(module):
         "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
         "print(bad[:5]); sys.exit(1 if bad else 0)"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr

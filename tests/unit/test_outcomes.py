@@ -6,8 +6,12 @@ from lineage_data._core import outcomes
 from lineage_data._core.failures import GroupFailure, RecordFailure
 from lineage_data._core.outcomes import PRESENT, Outcome, Status, reduce_group
 
-ALL = [PRESENT, Status(Outcome.DROPPED, None, "f"), Status(Outcome.FAILED, "boom", "m"),
-       Status(Outcome.SUPPRESSED, "gone", "m")]
+ALL = [
+    PRESENT,
+    Status(Outcome.DROPPED, None, "f"),
+    Status(Outcome.FAILED, "boom", "m"),
+    Status(Outcome.SUPPRESSED, "gone", "m"),
+]
 
 
 @pytest.mark.parametrize("status", ALL)
@@ -27,7 +31,9 @@ def test_values_and_failures():
     assert outcomes.from_value([], "s") == PRESENT
     assert outcomes.from_value(RecordFailure("x"), "s") == Status(Outcome.FAILED, "x", "s")
     assert outcomes.from_value(GroupFailure("g"), "s") == Status(Outcome.FAILED, "g", "s")
-    assert outcomes.from_exception(ValueError("v"), "s") == Status(Outcome.FAILED, "ValueError: v", "s")
+    assert outcomes.from_exception(ValueError("v"), "s") == Status(
+        Outcome.FAILED, "ValueError: v", "s"
+    )
 
 
 @pytest.mark.parametrize("combo", list(itertools.product(ALL, repeat=3)))

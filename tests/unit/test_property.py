@@ -3,10 +3,10 @@
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reference import reference, user_part
 
 import lineage_data as ld
 from lineage_data._core.local import run_local
-from reference import reference, user_part
 
 # per child: 0 ok, 1 RecordFailure, 2 GroupFailure, 3 raises, 4 dropped by the filter
 codes = st.lists(st.sampled_from([0, 0, 0, 0, 0, 0, 1, 2, 3, 4]), min_size=0, max_size=30)
@@ -25,8 +25,13 @@ def work(batch: pa.Table):
     for i, code in zip(batch["i"].to_pylist(), batch["code"].to_pylist(), strict=True):
         if code == 3:
             raise ValueError(f"boom {i}")
-        out.append(ld.RecordFailure(f"rec {i}") if code == 1 else ld.GroupFailure(f"grp {i}") if code == 2
-                   else i * 10)
+        out.append(
+            ld.RecordFailure(f"rec {i}")
+            if code == 1
+            else ld.GroupFailure(f"grp {i}")
+            if code == 2
+            else i * 10
+        )
     return {"value": out, "i": batch["i"], "code": batch["code"]}
 
 
@@ -35,13 +40,22 @@ def assemble(parent, kids):
 
 
 def plan(items, mode):
-    return (ld.from_items(items, id_column="name").expand_lineage(children, name="split")
-            .map_batches(work, name="work").filter(lambda r: r["code"] != 4, name="keep")
-            .reduce_lineage(assemble, name="join", on_child_failure=mode))
+    return (
+        ld.from_items(items, id_column="name")
+        .expand_lineage(children, name="split")
+        .map_batches(work, name="work")
+        .filter(lambda r: r["code"] != 4, name="keep")
+        .reduce_lineage(assemble, name="join", on_child_failure=mode)
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(parents=parents, batch_size=st.integers(1, 16), block=st.integers(1, 8), seed=st.integers(0, 10**6))
+@given(
+    parents=parents,
+    batch_size=st.integers(1, 16),
+    block=st.integers(1, 8),
+    seed=st.integers(0, 10**6),
+)
 def test_random_batching_and_order_equal_the_reference(parents, batch_size, block, seed):
     items = [{"name": f"p{j}", "codes": c, "broken": b} for j, (c, b) in enumerate(parents)]
     p = plan(items, "fail").plan
@@ -67,9 +81,15 @@ def test_random_batching_and_order_equal_the_reference(parents, batch_size, bloc
 
 
 @settings(max_examples=30, deadline=None)
-@given(parents=st.lists(st.tuples(st.lists(st.sampled_from([0, 0, 1, 3, 4]), max_size=20), st.just(False)),
-                        min_size=1, max_size=8),
-       batch_size=st.integers(1, 9), seed=st.integers(0, 10**6))
+@given(
+    parents=st.lists(
+        st.tuples(st.lists(st.sampled_from([0, 0, 1, 3, 4]), max_size=20), st.just(False)),
+        min_size=1,
+        max_size=8,
+    ),
+    batch_size=st.integers(1, 9),
+    seed=st.integers(0, 10**6),
+)
 def test_skip_mode_lists_missing_ordinals(parents, batch_size, seed):
     items = [{"name": f"p{j}", "codes": c, "broken": b} for j, (c, b) in enumerate(parents)]
     rows = run_local(plan(items, "skip").plan, batch_size=batch_size, seed=seed).rows

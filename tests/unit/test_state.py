@@ -12,8 +12,15 @@ def facts(state):
 
 def commit(state, gen, ordinals, outcome="PRESENT", group=False, stage_index=0):
     n = len(ordinals)
-    return state.commit(stage_index, gen, ["r"] * n, [(o,) for o in ordinals], [outcome] * n, [None] * n,
-                        group=[group] * n)
+    return state.commit(
+        stage_index,
+        gen,
+        ["r"] * n,
+        [(o,) for o in ordinals],
+        [outcome] * n,
+        [None] * n,
+        group=[group] * n,
+    )
 
 
 def test_stale_generation_changes_nothing():
@@ -24,7 +31,9 @@ def test_stale_generation_changes_nothing():
     result = state.commit(0, old, ["r"], [(0,)], ["FAILED"], ["late"], group=[True])
     assert result.verdicts == [Verdict.STALE]
     assert facts(state) == before
-    assert state.handoff(0, ["r"], [(1,)]).barred == {}  # the stale GroupFailure installed no barrier
+    assert (
+        state.handoff(0, ["r"], [(1,)]).barred == {}
+    )  # the stale GroupFailure installed no barrier
     assert commit(state, new, [0]).verdicts == [Verdict.ACCEPTED]
 
 
@@ -41,8 +50,15 @@ def test_group_failure_bars_unstarted_and_suppresses_running_siblings():
     state = LineageState()
     first = state.handoff(0, ["r", "r"], [(0,), (1,)])
     running = state.handoff(0, ["r"], [(2,)])
-    state.commit(0, first.generation, ["r", "r"], [(0,), (1,)], ["PRESENT", "FAILED"], [None, "enc"],
-                 group=[False, True])
+    state.commit(
+        0,
+        first.generation,
+        ["r", "r"],
+        [(0,), (1,)],
+        ["PRESENT", "FAILED"],
+        [None, "enc"],
+        group=[False, True],
+    )
     late = state.handoff(0, ["r", "r"], [(3,), (4,)])
     assert late.barred == {0: "enc", 1: "enc"}
     result = commit(state, running.generation, [2])
