@@ -31,13 +31,14 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from connectors.s3 import resolve_filesystem
 from lineage_data._core import columns as C
 from lineage_data._core.errors import LineageError, PlanError
 
@@ -106,11 +107,7 @@ class ManifestEntry:
 
     @classmethod
     def from_json(cls, data: bytes | str) -> ManifestEntry:
-        """Parse an entry written by :meth:`to_json`.
-
-        Raises:
-            ShardError: The entry's format version is newer than this reader.
-        """
+        """Parse an entry written by :meth:`to_json` (:class:`ShardError` if its version is new)."""
         raw = json.loads(data)
         if int(raw.get("version", 1)) > MANIFEST_VERSION:
             raise ShardError(f"manifest entry {raw.get('entry')}: unknown version {raw['version']}")
@@ -171,7 +168,7 @@ class ShardResult:
     dead_letter_rows: int
     skipped_roots: int
     manifest_path: str
-    report: RunReport | None
+    report: RunReport | None = field(repr=False)
     run_id: str
 
 
@@ -179,40 +176,15 @@ def _join(*parts: str) -> str:
     return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts) if p)
 
 
-def _resolve(path: str, filesystem: Any) -> tuple[Any, str]:
-    """An fsspec filesystem and the path inside it (pyarrow filesystems are wrapped)."""
-    import pyarrow.fs as pafs
-
-    if isinstance(filesystem, pafs.FileSystem):
-        from fsspec.implementations.arrow import ArrowFSWrapper
-
-        filesystem = ArrowFSWrapper(filesystem)
-    try:
-        from connectors.s3 import resolve_filesystem
-    except ImportError:  # the S3 connector is optional here
-        resolve_filesystem = None
-    if resolve_filesystem is not None:
-        return resolve_filesystem(path, filesystem)
-    if filesystem is not None:
-        return filesystem, filesystem._strip_protocol(path)
-    from fsspec.core import url_to_fs
-
-    return url_to_fs(path)
-
-
 def _check_sizes(rows: int, max_bytes: int, row_group_rows: int | None) -> None:
     if rows < 1 or max_bytes < 1 or (row_group_rows is not None and row_group_rows < 1):
         raise ValueError("rows_per_shard, max_bytes_per_shard and row_group_rows must be positive")
 
 
-def _is_local(fs: Any) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    return "file" in protocol or "local" in protocol
-
-
 def _put_atomic(fs: Any, path: str, data: bytes) -> None:
     """Write ``data`` so readers see all of it or nothing (PUT on object stores, rename on disk)."""
-    if not _is_local(fs):
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    if not {"file", "local"} & set(protocols):
         fs.pipe_file(path, data)
         return
     parent, _, name = path.rpartition("/")
@@ -337,10 +309,7 @@ class ShardWriter:
         lo, hi = 0, most  # lo rows fit, hi rows do not
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if table.slice(offset, mid).nbytes <= room_bytes:
-                lo = mid
-            else:
-                hi = mid
+            lo, hi = (mid, hi) if table.slice(offset, mid).nbytes <= room_bytes else (lo, mid)
         return lo
 
     def _flush_row_group(self) -> None:
@@ -386,6 +355,7 @@ class ShardWriter:
             committed_at=self._clock(),
         )
         target = _join(self._path, MANIFEST_DIR, f"{entry.entry}.json")
+        self._fs.invalidate_cache(target)
         if self._fs.exists(target):  # a retried write task: these rows are committed already
             self._fs.rm(_join(self._path, file))
             return
@@ -452,7 +422,7 @@ def _manifest(fs: Any, path: str) -> Manifest:
 
 def read_manifest(path: str, *, filesystem: Any = None) -> Manifest:
     """The committed manifest entries of a shard directory (empty if there is none)."""
-    fs, root = _resolve(path, filesystem)
+    fs, root = resolve_filesystem(path, filesystem)
     return _manifest(fs, root)
 
 
@@ -468,7 +438,7 @@ def _read_files(fs: Any, path: str, entries: Iterable[ManifestEntry], columns: A
 def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None = None) -> pa.Table:
     """The rows of every shard listed in the manifest (orphan files are ignored), oldest first.
 
-    A root is returned once even if two entries list it (which :func:`write_shards` never produces).
+    A root is returned once even if two entries list it (:func:`write_shards` never does that).
 
     Args:
         path: The shard directory.
@@ -478,7 +448,7 @@ def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None 
     Returns:
         One Arrow table; shards with different user columns are merged, missing values are null.
     """
-    fs, root = _resolve(path, filesystem)
+    fs, root = resolve_filesystem(path, filesystem)
     entries = _manifest(fs, root).shards
     if columns is not None and C.ROOT not in columns:
         columns = [C.ROOT, *columns]
@@ -495,14 +465,12 @@ def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None 
 
 
 def read_dead_letter(path: str, *, filesystem: Any = None) -> pa.Table:
-    """The dead-letter table: one row per root that did not end PRESENT, newest outcome only.
+    """The dead-letter table (:data:`DEAD_LETTER_SCHEMA`): one row per root not ending PRESENT.
 
-    Roots that a later run (``retry_failed=True``) committed to a shard are left out.
-
-    Returns:
-        A table with :data:`DEAD_LETTER_SCHEMA`.
+    A root dead-lettered twice shows its newest row; one that a later run (``retry_failed=True``)
+    committed to a shard is left out.
     """
-    fs, root = _resolve(path, filesystem)
+    fs, root = resolve_filesystem(path, filesystem)
     manifest = _manifest(fs, root)
     tables = _read_files(fs, root, manifest.dead_letters, None)
     superseded = set(manifest.present_roots)
@@ -511,19 +479,18 @@ def read_dead_letter(path: str, *, filesystem: Any = None) -> pa.Table:
         roots = table["root"].to_pylist()
         keep = [i for i, r in enumerate(roots) if r not in superseded]
         superseded.update(roots)
-        kept.append(table.take(keep).cast(DEAD_LETTER_SCHEMA))
+        kept.append(table.take(pa.array(keep, pa.int64())).cast(DEAD_LETTER_SCHEMA))
     if not kept:
         return DEAD_LETTER_SCHEMA.empty_table()
     return pa.concat_tables(kept[::-1])
 
 
 def remove_orphans(path: str, *, filesystem: Any = None) -> list[str]:
-    """Delete data files no manifest entry names (left by a killed run); only while no writer runs.
+    """Delete the data files no manifest entry names (left by a killed run) and return their paths.
 
-    Returns:
-        The deleted paths.
+    Only while no writer runs on ``path``: the files of a running writer are not committed yet.
     """
-    fs, root = _resolve(path, filesystem)
+    fs, root = resolve_filesystem(path, filesystem)
     listed = {_join(root, e.file) for e in _manifest(fs, root).entries}
     fs.invalidate_cache(root)
     patterns = ("part-*.parquet", f"{DEAD_LETTER_DIR}/part-*", f"{MANIFEST_DIR}/.tmp-*")
@@ -533,6 +500,19 @@ def remove_orphans(path: str, *, filesystem: Any = None) -> list[str]:
     for p in orphans:
         fs.rm(p)
     return orphans
+
+
+REPORTS_DIR = "_reports"
+
+
+def _save_report(fs: Any, root: str, run: LineageDataset, run_id: str) -> None:
+    """Keep the run report beside the shards (``_reports/<run_id>.json``) for ``lineage-data report``."""
+    try:
+        report = run.report()
+    except LineageError:
+        return  # the run failed before it produced a report
+    fs.makedirs(_join(root, REPORTS_DIR), exist_ok=True)
+    _put_atomic(fs, _join(root, REPORTS_DIR, f"{run_id}.json"), json.dumps(report.to_dict()).encode())
 
 
 def write_shards(
@@ -548,9 +528,10 @@ def write_shards(
 ) -> ShardResult:
     """Run ``ds`` and write its rows as Parquet shards under ``path``, exactly once per root.
 
-    Shards are committed by Ray write tasks while the pipeline runs (each task takes about
-    ``rows_per_shard`` rows). The lineage accounting check runs when the run ends; shards committed
-    before a failure stay committed, and a rerun resumes after them.
+    Shards are committed by Ray write tasks while the pipeline runs. Each task gets exactly
+    ``rows_per_shard`` terminal rows (the last task fewer) and its PRESENT rows make one shard, cut
+    further only by ``max_bytes_per_shard``. The lineage accounting check runs when the run ends;
+    shards committed before a failure stay committed, and a rerun resumes after them.
 
     Args:
         ds: A closed lineage plan (``ds.level == 0``).
@@ -573,7 +554,7 @@ def write_shards(
     if ds.level != 0:
         raise PlanError(f"write_shards needs a closed plan (level 0), got level {ds.level}")
     _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
-    fs, root = _resolve(path, filesystem)
+    fs, root = resolve_filesystem(path, filesystem)
     before = _manifest(fs, root)
     if before.entries and not resume:
         raise ShardError(f"{path} already holds {len(before.entries)} committed entries: "
@@ -587,7 +568,10 @@ def write_shards(
         fs, root, run_id=run_id, rows_per_shard=rows_per_shard,
         max_bytes_per_shard=max_bytes_per_shard, row_group_rows=row_group_rows,
     )
-    run.write_datasink(sink)
+    try:
+        run.write_datasink(sink, rows_per_write=rows_per_shard)
+    finally:
+        _save_report(fs, root, run, run_id)
     mine = [e for e in _manifest(fs, root).entries if e.run_id == run_id]
     shards = [e for e in mine if e.kind == SHARD]
     dead = sum(e.rows for e in mine if e.kind == DEAD_LETTER)

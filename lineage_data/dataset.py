@@ -275,9 +275,19 @@ class LineageDataset:
         """Write the output with Ray Data's ``write_parquet``; the run is checked afterwards."""
         self._execution().write(lambda ds: ds.write_parquet(path, **kwargs))
 
-    def write_datasink(self, datasink: Any, **kwargs: Any) -> None:
-        """Write the output to a Ray Data ``Datasink``; the run is checked afterwards."""
-        self._execution().write(lambda ds: ds.write_datasink(datasink, **kwargs))
+    def write_datasink(self, datasink: Any, *, rows_per_write: int | None = None, **kwargs: Any) -> None:
+        """Write the output to a Ray Data ``Datasink``; the run is checked afterwards.
+
+        ``rows_per_write`` cuts the output into blocks of exactly that many rows first (a streaming
+        split, no shuffle), so each write task gets one file's worth of rows.
+        """
+
+        def action(ds: Any) -> None:
+            if rows_per_write is not None:
+                ds = ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
+            ds.write_datasink(datasink, **kwargs)
+
+        self._execution().write(action)
 
     def to_ray(self) -> ray.data.Dataset:
         """The lowered, lazy Ray Data Dataset (public lineage columns + user columns).

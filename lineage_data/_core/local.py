@@ -36,7 +36,7 @@ def _batches(
     order = list(range(table.num_rows))
     if shuffle:
         rng.shuffle(order)
-    table = table.take(order)
+    table = table.take(pa.array(order, pa.int64()))
     start = 0
     while start < table.num_rows:
         size = batch_size or table.num_rows
