@@ -36,6 +36,7 @@ def summarize_video(video: dict, clips: list[dict]) -> dict:
         "size": video["size"],
         "clips": len(clips),
         "seconds": max((c["end_s"] for c in clips), default=0.0),
+        "clip_starts": [c["start_s"] for c in clips],
         "captions": [c["captions"] for c in clips],
     }
 
