@@ -38,3 +38,13 @@ def filesystem(path: str) -> Any:
     from connectors.s3 import resolve_filesystem
 
     return resolve_filesystem(path)[0]
+
+
+def write_and_report(ds: Any, args: argparse.Namespace) -> int:
+    """Write ``ds`` as shards to ``args.output``, print the run report and where the shards are."""
+    from connectors.shards import write_shards
+
+    result = write_shards(ds, args.output, rows_per_shard=args.rows_per_shard, filesystem=filesystem(args.output))
+    print(result.report.summary())
+    print(f"shards: {args.output}")
+    return 0

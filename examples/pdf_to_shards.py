@@ -16,7 +16,6 @@ from typing import Any
 
 import lineage_data as ld
 from connectors.pdf import ExtractText, render_pages
-from connectors.shards import write_shards
 from connectors.vllm import EchoLLM, VllmStage
 
 
@@ -65,7 +64,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the pipeline and print where the shards are."""
-    from examples._cli import common_args, filesystem, start_ray
+    from examples._cli import common_args, filesystem, start_ray, write_and_report
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common_args(parser)
@@ -78,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         args.input, stage=args.stage, model=args.model, concurrency=args.concurrency,
         num_gpus=args.num_gpus, batch_size=args.batch_size, dpi=args.dpi, filesystem=filesystem(args.input),
     )
-    result = write_shards(docs, args.output, rows_per_shard=args.rows_per_shard, filesystem=filesystem(args.output))
-    print(result.report.summary())
-    print(f"shards: {args.output}")
-    return 0
+    return write_and_report(docs, args)
 
 
 if __name__ == "__main__":

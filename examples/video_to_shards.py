@@ -14,7 +14,6 @@ import sys
 from typing import Any
 
 import lineage_data as ld
-from connectors.shards import write_shards
 from connectors.video import sample_frames, split_clips
 from connectors.vllm import EchoLLM, VllmStage
 
@@ -80,7 +79,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the pipeline and print where the shards are."""
-    from examples._cli import common_args, filesystem, start_ray
+    from examples._cli import common_args, filesystem, start_ray, write_and_report
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common_args(parser)
@@ -94,10 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size, clip_seconds=args.clip_seconds, frames_per_clip=args.frames_per_clip,
         filesystem=filesystem(args.input),
     )
-    result = write_shards(videos, args.output, rows_per_shard=args.rows_per_shard, filesystem=filesystem(args.output))
-    print(result.report.summary())
-    print(f"shards: {args.output}")
-    return 0
+    return write_and_report(videos, args)
 
 
 if __name__ == "__main__":

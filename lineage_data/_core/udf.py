@@ -72,6 +72,10 @@ def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
             )
         rows = lengths.pop() if lengths else expected_rows
         table = None
+    names = table.column_names if table is not None else list(columns or {})
+    reserved = [name for name in names if name.startswith("_lineage_")]
+    if reserved:
+        raise ContractError(f"stage {stage!r}: output uses reserved column(s) {reserved}")
     if rows != expected_rows:
         raise ContractError(
             f"stage {stage!r}: expected {expected_rows} output rows for {expected_rows} input rows, got {rows}"
