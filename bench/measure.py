@@ -94,7 +94,7 @@ class MemorySampler(threading.Thread):
                 title = " ".join(proc.cmdline())
             except psutil.Error:
                 continue
-            if "CoordinatorActor" in title:
+            if title.startswith("ray::CoordinatorActor"):  # not Ray Data's _AutoscalingCoordinatorActor
                 self._coordinators[proc.pid] = proc
 
     def run(self) -> None:
@@ -217,6 +217,7 @@ def gpu_metrics(tl: Timeline, start: float, end: float, gpus: int) -> dict[str, 
         "gpu_busy_frac": round(work / (gpus * wall), 4) if wall > 0 else None,
         "first_gpu_start_s": round(first_start - start, 3),
         "last_gpu_end_s": round(last_end - start, 3),
+        "gpu_span_s": round(last_end - first_start, 3),
         "tail_s": round(end - last_end, 3),
         "tail_frac": round(max(0.0, end - last_end) / wall, 4) if wall > 0 else None,
         "same_actor_overlap_s": round(overlap, 3),

@@ -3,7 +3,9 @@
 - ``lineage_data``: ``expand_lineage -> map_batches(actor pool) -> reduce_lineage``, consumed with
   ``iter_batches`` and written as shards as batches arrive.
 - ``ray_data``: the natural Ray Data pipeline ``flat_map -> map_batches(actor pool) ->
-  groupby(doc).map_groups(sort + assemble)``, consumed the same way.
+  groupby(doc).map_groups(sort + assemble)``, consumed the same way, with Ray Data's defaults
+  (hash shuffle, 200 partitions, aggregator actors).
+- ``ray_data_tuned``: the same with the task-based sort shuffle (faster here: no aggregator actors).
 - ``per_document``: one actor takes a whole parent (expand, GPU batches of that parent only, assemble).
 - ``floor``: ``flat_map -> map_batches`` with no regroup at all: what the GPUs alone cost.
 - ``daft``: the same pipeline in Daft (native runner: explode, class UDF, groupby list-agg), if installed.
@@ -15,6 +17,7 @@ comparison measures the regroup, not block sizing (see ``bench/README.md``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -38,6 +41,7 @@ from bench.workload import (
 )
 
 ROWS_PER_BLOCK = 16
+SORT_SHUFFLE = "sort_shuffle_pull_based"
 DAFT_PATH_ENV = "LINEAGE_BENCH_DAFT_PATH"
 DAFT_DEFAULT_PATH = "/tmp/daftlib"
 
@@ -134,7 +138,9 @@ def run_lineage_data(job: Job, system: str = "lineage_data") -> SystemRun:
     sampler.start()
     start = time.time()
     ds = lineage_pipeline(job, system)
-    run = _consume(system, job, ld.ROOT, ds.iter_batches, start, sampler)
+    batches = ds.iter_batches()  # starts the coordinator and lowers the plan, before the first batch
+    setup_s = time.time() - start
+    run = _consume(system, job, ld.ROOT, lambda: batches, start, sampler)
     report = ds.report()
     children = int(report.stages.filter(report.stages["kind"] == "expand")["children"].sum())
     outcomes = report.parents.group_by("outcome").len().to_dicts()
@@ -143,6 +149,7 @@ def run_lineage_data(job: Job, system: str = "lineage_data") -> SystemRun:
             "coordinator_calls": report.coordinator_calls,
             "coordinator_calls_per_1000_children": round(1000 * report.coordinator_calls / max(1, children), 2),
             "report_wall_s": round(report.wall_s, 3),
+            "setup_s": round(setup_s, 3),
             "parents_by_outcome": {d["outcome"]: d["len"] for d in outcomes},
             "report_first_commit_s": round(float(report.parents["committed_s"].min()), 3)
             if report.parents.height else None,
@@ -177,22 +184,54 @@ def _gpu(ds: Any, job: Job, system: str) -> Any:
     )
 
 
+def _batches(ds: Any) -> Callable[[], Iterable[pa.Table]]:
+    return lambda: ds.iter_batches(batch_size=None, batch_format="pyarrow")
+
+
 def _not_failed(row: dict[str, Any]) -> bool:
     return not row["failed"]
 
 
-def run_ray_data(job: Job, system: str = "ray_data") -> SystemRun:
-    """flat_map -> map_batches -> groupby(doc).map_groups(sort + assemble) [-> filter failed]."""
+@contextlib.contextmanager
+def _shuffle(strategy: str | None) -> Any:
+    """Build datasets under another shuffle strategy (each dataset keeps a copy of the context)."""
+    import ray
+    from ray.data.context import ShuffleStrategy
+
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.shuffle_strategy
+    if strategy is not None:
+        ctx.shuffle_strategy = ShuffleStrategy(strategy)
+    try:
+        yield
+    finally:
+        ctx.shuffle_strategy = saved
+
+
+def run_ray_data(job: Job, system: str = "ray_data", *, tuned: bool = False) -> SystemRun:
+    """flat_map -> map_batches -> groupby(doc).map_groups(sort + assemble) [-> filter failed].
+
+    ``tuned=False`` is Ray Data as it comes (hash shuffle, 200 partitions); ``tuned=True`` uses the
+    task-based sort shuffle, which is faster on a small machine (no aggregator actors to start).
+    """
     sampler = MemorySampler()
     sampler.start()
     start = time.time()
-    ds = _gpu(_expanded(job), job, system)
-    ds = ds.groupby("doc").map_groups(
-        assemble_group, fn_kwargs={"cost": job.cost.as_dict()}, batch_format="pyarrow"
-    )
-    if job.poison:
-        ds = ds.filter(_not_failed)
-    return _consume(system, job, "doc", lambda: ds.iter_batches(batch_size=None, batch_format="pyarrow"), start, sampler)
+    with _shuffle(SORT_SHUFFLE if tuned else None):
+        ds = _gpu(_expanded(job), job, system)
+        ds = ds.groupby("doc").map_groups(
+            assemble_group, fn_kwargs={"cost": job.cost.as_dict()}, batch_format="pyarrow"
+        )
+        if job.poison:
+            ds = ds.filter(_not_failed)
+    run = _consume(system, job, "doc", _batches(ds), start, sampler)
+    run.extra["shuffle_strategy"] = str(ds.context.shuffle_strategy)
+    return run
+
+
+def run_ray_data_tuned(job: Job, system: str = "ray_data_tuned") -> SystemRun:
+    """:func:`run_ray_data` with the sort shuffle."""
+    return run_ray_data(job, system, tuned=True)
 
 
 def run_floor(job: Job, system: str = "floor") -> SystemRun:
@@ -201,7 +240,7 @@ def run_floor(job: Job, system: str = "floor") -> SystemRun:
     sampler.start()
     start = time.time()
     ds = _gpu(_expanded(job), job, system)
-    return _consume(system, job, None, lambda: ds.iter_batches(batch_size=None, batch_format="pyarrow"), start, sampler)
+    return _consume(system, job, None, _batches(ds), start, sampler)
 
 
 def run_per_document(job: Job, system: str = "per_document") -> SystemRun:
@@ -224,7 +263,7 @@ def run_per_document(job: Job, system: str = "per_document") -> SystemRun:
         num_gpus=1,
         num_cpus=0.25,
     )
-    return _consume(system, job, "doc", lambda: ds.iter_batches(batch_size=None, batch_format="pyarrow"), start, sampler)
+    return _consume(system, job, "doc", _batches(ds), start, sampler)
 
 
 # -- Daft ------------------------------------------------------------------------------------------
@@ -247,12 +286,18 @@ def import_daft() -> Any:
             raise
         sys.path.append(path)
         import daft
+    # Daft's UDF worker processes must find daft (and bench) too.
+    roots = [str(Path(daft.__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1])]
+    current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(current + roots))
     return daft
 
 
 def run_daft(job: Job, system: str = "daft") -> SystemRun:
     """Daft native runner: explode -> class UDF (N instances, batch cap) -> groupby list-agg -> assemble."""
     daft = import_daft()
+    with contextlib.suppress(Exception):  # Ray is up in this process: keep Daft off it (it pins ray<2.60)
+        daft.set_runner_native()
     cost = job.cost.as_dict()
     gpu_kwargs = _gpu_kwargs(job, system, "flag")
 
@@ -294,6 +339,7 @@ def run_daft(job: Job, system: str = "daft") -> SystemRun:
 SYSTEMS: dict[str, Callable[[Job], SystemRun]] = {
     "floor": run_floor,
     "ray_data": run_ray_data,
+    "ray_data_tuned": run_ray_data_tuned,
     "lineage_data": run_lineage_data,
     "per_document": run_per_document,
     "daft": run_daft,

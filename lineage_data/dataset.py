@@ -275,7 +275,9 @@ class LineageDataset:
         """Write the output with Ray Data's ``write_parquet``; the run is checked afterwards."""
         self._execution().write(lambda ds: ds.write_parquet(path, **kwargs))
 
-    def write_datasink(self, datasink: Any, *, rows_per_write: int | None = None, **kwargs: Any) -> None:
+    def write_datasink(
+        self, datasink: Any, *, rows_per_write: int | None = None, **kwargs: Any
+    ) -> None:
         """Write the output to a Ray Data ``Datasink``; the run is checked afterwards.
 
         ``rows_per_write`` cuts the output into blocks of exactly that many rows first (a streaming

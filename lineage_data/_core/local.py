@@ -17,6 +17,7 @@ from lineage_data._core.errors import AccountingError, PlanError
 from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import Plan
+from lineage_data._core.reduce import GroupBuffer
 from lineage_data._core.source import root_ids, with_lineage
 from lineage_data._core.state import LineageState
 from lineage_data._core.terminal import TerminalOp
@@ -64,14 +65,14 @@ def run_local(
     items = [dict(item) for item in plan.source.payload]
     roots = root_ids(items, plan.source.id_column)
     keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
-    state = LineageState()
+    state = LineageState(stages=[s.name for s in plan.stages], derived=plan.derived_stages())
     state.register_roots(roots)
     state.exclude_roots(plan.exclude)
     table = with_lineage(pa.Table.from_pylist([items[i] for i in keep]), [roots[i] for i in keep])
     rng = random.Random(seed)
     tables = [table]
     for index in range(len(plan.stages)):
-        op = build_op(plan, index, state, rows_per_block=rows_per_block)
+        op = build_op(plan, index, state, rows_per_block=rows_per_block, holders=GroupBuffer())
         current = C.concat(tables)
         outputs: list[pa.Table] = []
         for batch in _batches(current, rng, batch_size, shuffle):

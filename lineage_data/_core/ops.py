@@ -25,13 +25,23 @@ def opening_expand(plan: Plan, index: int) -> int:
 
 
 def build_op(
-    plan: Plan, index: int, coordinator: Any, *, rows_per_block: int = DEFAULT_ROWS_PER_BLOCK
+    plan: Plan,
+    index: int,
+    coordinator: Any,
+    *,
+    rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
+    holders: Any = None,
 ) -> ExpandOp | RowStageOp | ReduceOp:
-    """The operator for stage ``index`` of ``plan``, talking to ``coordinator``."""
+    """The operator for stage ``index`` of ``plan``, talking to ``coordinator``.
+
+    A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`).
+    """
     stage = plan.stages[index]
     if stage.kind is Kind.EXPAND:
         return ExpandOp(stage, index, coordinator, rows_per_block=rows_per_block)
     if stage.kind is Kind.REDUCE:
         carry = plan.stages[opening_expand(plan, index)].carry
-        return ReduceOp(stage, coordinator, carry=carry)
+        if holders is None:
+            raise ValueError(f"reduce stage {stage.name!r} needs holders for its partial groups")
+        return ReduceOp(stage, coordinator, holders=holders, carry=carry)
     return RowStageOp(stage, index, coordinator)

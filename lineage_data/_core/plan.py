@@ -80,6 +80,18 @@ class Plan:
         """The level of the rows at the end of the plan (0 when every expansion is reduced)."""
         return self.stages[-1].level_out if self.stages else 0
 
+    def derived_stages(self) -> tuple[str, ...]:
+        """Source-level 1:1 stages: they report nothing; their counts come from the terminal rows."""
+        return tuple(
+            s.name
+            for s in self.stages
+            if s.level == 0 and s.kind in (Kind.MAP, Kind.MAP_ROWS, Kind.FILTER)
+        )
+
+    def for_workers(self) -> Plan:
+        """This plan without its source payload and exclusions: what stage workers need (small)."""
+        return replace(self, source=replace(self.source, payload=None), exclude=frozenset())
+
     def then(self, stage: Stage) -> Plan:
         """This plan with one more stage, checked now."""
         if stage.level != self.level:

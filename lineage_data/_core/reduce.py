@@ -34,12 +34,15 @@ def collect_children(parent: dict, children: list[dict], *, carry: Sequence[str]
 
 
 @dataclass(slots=True)
-class _Group:
+class Group:
+    """The rows of one parent seen so far: its header and its children by ordinal."""
+
     header: dict | None = None
     children: dict[int, dict] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
+        """True once the header and every child it announces are in."""
         return self.header is not None and len(self.children) == self.header[C.SIZE]
 
 
@@ -51,25 +54,76 @@ def _same(a: Mapping, b: Mapping) -> bool:
     return all(a[k] == b[k] for k in (C.OUTCOME, C.CAUSE, C.SIZE))
 
 
-class ReduceOp:
-    """Holds partial groups and emits each parent the moment its group is complete.
+def group_key(row: Mapping) -> GroupKey:
+    """The parent a member row belongs to: a header's own path, a child's path minus its ordinal."""
+    path = tuple(row[C.PATH])
+    return (row[C.ROOT], path if row[C.SIZE] is not None else path[:-1])
 
-    Stateful: one instance must see every row of the level (the Ray layer runs it in one actor). A
-    duplicate row (a retried task) is ignored when identical and a :class:`FencingError` otherwise. One
-    coordinator call per batch releases the parents reduced in it and counts their outcomes.
+
+class GroupBuffer:
+    """Partial groups keyed by parent; :meth:`add` returns the groups a piece completes.
+
+    A duplicate row (a retried task) is ignored when identical and a :class:`FencingError` otherwise.
+    Pure Python: the in-process executor holds one; on Ray, hash-partitioned holder actors hold one each.
     """
 
-    def __init__(self, stage: Stage, coordinator: Any, *, carry: Sequence[str] = ()) -> None:
-        self._stage = stage
-        self._coordinator = coordinator
-        self._carry = tuple(carry)
-        self._fn: Callable[..., Any] | None = stage.fn
-        self._groups: dict[GroupKey, _Group] = {}
+    def __init__(self) -> None:
+        self._groups: dict[GroupKey, Group] = {}
 
     @property
     def pending(self) -> int:
         """Parents with a partial group held here."""
         return len(self._groups)
+
+    def add(self, rows: Sequence[dict]) -> list[tuple[GroupKey, Group]]:
+        """Take member rows of one level; return the groups they complete, in completion order."""
+        done: dict[GroupKey, None] = {}
+        for row in rows:
+            key = group_key(row)
+            group = self._groups.get(key)
+            if group is None:
+                group = self._groups[key] = Group()
+            if row[C.SIZE] is not None:
+                if group.header is not None and not _same(group.header, row):
+                    raise FencingError(f"conflicting headers for parent {key}")
+                group.header = row
+            else:
+                ordinal = row[C.PATH][-1]
+                previous = group.children.get(ordinal)
+                if previous is not None and not _same(previous, row):
+                    raise FencingError(
+                        f"conflicting reports for child {row[C.ROOT]}{list(row[C.PATH])}"
+                    )
+                group.children[ordinal] = row
+            if group.complete:
+                done[key] = None
+        return [(key, self._groups.pop(key)) for key in done]
+
+    def drain(self) -> list[dict]:
+        """Remove and return the rows of every partial group."""
+        rows = [row for group in self._groups.values() for row in _rows(group)]
+        self._groups.clear()
+        return rows
+
+
+class ReduceOp:
+    """Emits each parent the moment its group is complete; no groupby, no barrier.
+
+    A parent whose header and children all arrive in one batch is reduced right there. Rows of groups
+    the batch does not complete go to ``holders`` (an object with ``add(rows) -> completed groups``: a
+    :class:`GroupBuffer` in-process, hash-partitioned holder actors on Ray); the batch whose rows
+    complete a group reduces that parent. One coordinator call per batch releases the parents reduced
+    in it and counts their outcomes.
+    """
+
+    def __init__(
+        self, stage: Stage, coordinator: Any, *, holders: Any, carry: Sequence[str] = ()
+    ) -> None:
+        self._stage = stage
+        self._coordinator = coordinator
+        self._holders = holders
+        self._carry = tuple(carry)
+        self._fn: Callable[..., Any] | None = stage.fn
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Process one batch; returns the parents it completed and the rows of outer levels."""
@@ -79,40 +133,23 @@ class ReduceOp:
             C.depth_mask(table, level, header=False), C.depth_mask(table, level, header=True)
         )
         passthrough = C.lineage_only(table.filter(pc.invert(member)))
-        done: list[GroupKey] = []
-        for row in table.filter(member).to_pylist():
-            path = tuple(row[C.PATH])
-            if row[C.SIZE] is not None:
-                key, group = self._group((row[C.ROOT], path))
-                if group.header is not None and not _same(group.header, row):
-                    raise FencingError(f"conflicting headers for parent {key}")
-                group.header = row
-            else:
-                key, group = self._group((row[C.ROOT], path[:-1]))
-                previous = group.children.get(path[-1])
-                if previous is not None and not _same(previous, row):
-                    raise FencingError(f"conflicting reports for child {row[C.ROOT]}{list(path)}")
-                group.children[path[-1]] = row
-            if group.complete:
-                done.append(key)
-        out = [self._reduce(key, self._groups.pop(key)) for key in dict.fromkeys(done)]
+        local = GroupBuffer()
+        done = local.add(table.filter(member).to_pylist())
+        partial = local.drain()
+        if partial:
+            done.extend(self._holders.add(partial))
+        out = [self._reduce(key, group) for key, group in done]
         if out:
             counts = Counter(row[C.OUTCOME] for row in out)
             self._coordinator.reduced(
-                self._stage.name, [k[0] for k in done], [k[1] for k in done], dict(counts)
+                self._stage.name, [k[0] for k, _ in done], [k[1] for k, _ in done], dict(counts)
             )
         parts = [passthrough] if passthrough.num_rows else []
         if out:
             parts.append(C.rows_to_table(out))
         return C.concat(parts)
 
-    def _group(self, key: GroupKey) -> tuple[GroupKey, _Group]:
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = _Group()
-        return key, group
-
-    def _reduce(self, key: GroupKey, group: _Group) -> dict:
+    def _reduce(self, key: GroupKey, group: Group) -> dict:
         header = group.header
         assert header is not None
         children = [group.children[i] for i in range(header[C.SIZE])]
@@ -165,3 +202,7 @@ class ReduceOp:
                 f"reduce_lineage {name!r}: result uses reserved column(s) {reserved}"
             )
         return outcomes.PRESENT, dict(value)
+
+
+def _rows(group: Group) -> list[dict]:
+    return ([group.header] if group.header is not None else []) + list(group.children.values())

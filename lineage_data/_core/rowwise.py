@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
-from lineage_data._core.outcomes import Outcome
+from lineage_data._core import outcomes
+from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.plan import Kind, Stage, resolve_callable
 from lineage_data._core.state import Verdict
 from lineage_data._core.udf import BatchCaller, RowCaller
@@ -28,6 +29,10 @@ class RowStageOp:
         self._stage = stage
         self._index = index
         self._coordinator = coordinator
+        # Source rows have no siblings: no barrier can stop them and no partial group depends on them,
+        # so a source-level stage makes no coordinator call at all. A duplicate is caught at the
+        # terminal record; the stage's counts are derived from the terminal rows.
+        self._fenced = stage.level > 0
         fn = resolve_callable(stage.fn, stage.fn_constructor_kwargs)
         if stage.kind is Kind.MAP:
             self._call: BatchCaller | RowCaller = BatchCaller(
@@ -64,7 +69,7 @@ class RowStageOp:
         live = table.filter(live_mask)
         if live.num_rows:
             parts.extend(self._run(live, counts))
-        elif counts:
+        elif counts and self._fenced:
             self._coordinator.count(self._stage.name, dict(counts))
         return C.concat([p for p in parts if p.num_rows])
 
@@ -72,67 +77,58 @@ class RowStageOp:
         name = self._stage.name
         roots = live[C.ROOT].to_pylist()
         paths = [tuple(p) for p in live[C.PATH].to_pylist()]
-        handoff = self._coordinator.handoff(self._index, roots, paths)
-        tomb_rows = [
-            {
-                C.ROOT: roots[i],
-                C.PATH: list(paths[i]),
-                C.OUTCOME: "SUPPRESSED",
-                C.CAUSE: cause,
-                C.STAGE: name,
-            }
-            for i, cause in handoff.barred.items()
-        ]
-        counts["SUPPRESSED"] += len(tomb_rows)
-        run_idx = [i for i in range(live.num_rows) if i not in handoff.barred]
-        if not run_idx:
-            self._coordinator.count(name, dict(counts))
-            return [C.rows_to_table(tomb_rows)]
-        run = live.take(run_idx) if handoff.barred else live
-        result = self._call(run.select(C.user_columns(run.column_names)))
-        commit = self._coordinator.commit(
-            self._index,
-            handoff.generation,
-            [roots[i] for i in run_idx],
-            [paths[i] for i in run_idx],
-            [s.outcome.value for s in result.statuses],
-            [s.cause for s in result.statuses],
-            group=result.group,
-            stage=name,
-            counts=dict(counts),
+        handoff = self._coordinator.handoff(self._index, roots, paths) if self._fenced else None
+        barred = handoff.barred if handoff is not None else {}
+        tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
+        run_idx = [i for i in range(live.num_rows) if i not in barred]
+        result = (
+            self._call(live.take(run_idx).select(C.user_columns(live.column_names)))
+            if run_idx
+            else None
         )
+        statuses = result.statuses if result is not None else []
+        if handoff is not None and result is not None:
+            commit = self._coordinator.commit(
+                self._index,
+                handoff.generation,
+                [roots[i] for i in run_idx],
+                [paths[i] for i in run_idx],
+                [s.outcome.value for s in statuses],
+                [s.cause for s in statuses],
+                group=result.group,
+                stage=name,
+                counts=dict(counts + Counter(t.outcome.value for _, t in tombs)),
+            )
+            verdicts, suppressed = commit.verdicts, commit.suppressed
+        else:
+            verdicts, suppressed = [Verdict.ACCEPTED] * len(statuses), {}
         keep: list[int] = []
         for j, i in enumerate(run_idx):
-            status = result.statuses[j]
-            if commit.verdicts[j] is Verdict.STALE:
-                continue
-            if j in commit.suppressed:
-                tomb_rows.append(
-                    {
-                        C.ROOT: roots[i],
-                        C.PATH: list(paths[i]),
-                        C.OUTCOME: "SUPPRESSED",
-                        C.CAUSE: commit.suppressed[j],
-                        C.STAGE: name,
-                    }
-                )
-            elif status.present:
+            if verdicts[j] is Verdict.STALE:
+                continue  # a newer dispatch owns this row
+            if j in suppressed:
+                tombs.append((i, outcomes.barred(suppressed[j], name)))
+            elif statuses[j].present:
                 keep.append(j)
             else:
-                tomb_rows.append(
-                    {
-                        C.ROOT: roots[i],
-                        C.PATH: list(paths[i]),
-                        C.OUTCOME: status.outcome.value,
-                        C.CAUSE: status.cause,
-                        C.STAGE: status.stage,
-                    }
-                )
-        out = [C.rows_to_table(tomb_rows)] if tomb_rows else []
-        if keep:
+                tombs.append((i, statuses[j]))
+        out = []
+        if tombs:
+            out.append(C.rows_to_table([_tombstone(roots[i], paths[i], st) for i, st in tombs]))
+        if keep and result is not None:
             values = result.table.take(keep)
-            lineage = C.lineage_only(run.take(keep))
-            for name_ in lineage.column_names:
-                values = values.append_column(name_, lineage[name_])
+            lineage = C.lineage_only(live.take([run_idx[j] for j in keep]))
+            for column in lineage.column_names:
+                values = values.append_column(column, lineage[column])
             out.append(values)
         return out
+
+
+def _tombstone(root: str, path: tuple[int, ...], status: Status) -> dict:
+    return {
+        C.ROOT: root,
+        C.PATH: list(path),
+        C.OUTCOME: status.outcome.value,
+        C.CAUSE: status.cause,
+        C.STAGE: status.stage,
+    }

@@ -105,8 +105,12 @@ class LineageState:
         {0: 'bad'}
     """
 
-    def __init__(self, started_at: float = 0.0) -> None:
+    def __init__(
+        self, started_at: float = 0.0, *, stages: Sequence[str] = (), derived: Sequence[str] = ()
+    ) -> None:
         self._started_at = started_at
+        self._order = {name: i for i, name in enumerate(stages)}
+        self._derived = tuple(derived)
         self._generation = 0
         self._parents: dict[ParentId, _Parent] = {}
         self._roots: set[str] = set()
@@ -283,10 +287,30 @@ class LineageState:
             unknown=tuple(sorted(self._unknown)),
         )
 
+    def _derived_counts(self) -> dict[str, dict[str, int]]:
+        """Counts of source-level 1:1 stages, from the terminal rows (those stages report nothing).
+
+        A root that ended PRESENT, or failed at a later stage, passed a stage PRESENT; at the stage
+        that decided it, it was FAILED or DROPPED; after it, SUPPRESSED or DROPPED.
+        """
+        counts: dict[str, Counter[str]] = {name: Counter() for name in self._derived}
+        for t in self._terminal.values():
+            decided = self._order.get(t.stage, -1) if t.stage is not None else None
+            for name in self._derived:
+                here = self._order[name]
+                if decided is None or here < decided or t.outcome == "PRESENT":
+                    counts[name]["PRESENT"] += 1
+                elif here == decided:
+                    counts[name]["DROPPED" if t.outcome == "DROPPED" else "FAILED"] += 1
+                else:
+                    counts[name]["DROPPED" if t.outcome == "DROPPED" else "SUPPRESSED"] += 1
+        return {name: dict(c) for name, c in counts.items()}
+
     def snapshot(self) -> dict:
         """Everything the run report needs, as plain data."""
         return {
-            "counts": {stage: dict(c) for stage, c in self._counts.items()},
+            "counts": {stage: dict(c) for stage, c in self._counts.items()}
+            | self._derived_counts(),
             "terminal": {
                 root: (t.outcome, t.cause, t.stage, t.committed_s)
                 for root, t in self._terminal.items()

@@ -13,8 +13,9 @@ import pyarrow as pa
 import ray
 
 from lineage_data._core.errors import AccountingError
-from lineage_data._core.plan import Plan
+from lineage_data._core.plan import Kind, Plan
 from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
+from lineage_data._ray.holders import HolderSet
 from lineage_data._ray.lower import lower
 from lineage_data.report import RunReport
 
@@ -72,9 +73,14 @@ class Execution:
         self._plan = plan
         self._on_report = on_report
         self._started = time.time()
-        self._actor = start_coordinator(self._started)
+        self._actor = start_coordinator(
+            self._started, [s.name for s in plan.stages], plan.derived_stages()
+        )
         self._client = CoordinatorClient(self._actor)
-        self.dataset = lower(plan, self._client)
+        self._holders = {
+            i: HolderSet.start() for i, stage in enumerate(plan.stages) if stage.kind is Kind.REDUCE
+        }
+        self.dataset = lower(plan, self._client, self._holders)
         self._progress = _Progress(self._client) if _progress_enabled() else None
 
     def _begin(self) -> None:
@@ -118,6 +124,7 @@ class Execution:
     def finish(self) -> RunReport:
         """Build the report, stop the coordinator, raise if a root is missing or duplicated."""
         try:
+            self._client.settle()
             accounting = self._client.accounting()
             snapshot = self._client.snapshot()
         finally:
@@ -141,6 +148,8 @@ class Execution:
         if self._progress is not None:
             self._progress.stop()
         ray.kill(self._actor, no_restart=True)
+        for holders in self._holders.values():
+            holders.stop()
 
 
 def _convert(batch: pa.Table, batch_format: str) -> Any:

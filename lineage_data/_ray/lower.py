@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -15,47 +17,76 @@ from lineage_data._core.plan import Kind, Plan, Stage
 from lineage_data._core.source import content_ids, root_ids, with_lineage
 from lineage_data._core.terminal import TerminalOp
 
-# Small fixed CPU shares keep the lineage steps from fusing with user steps of other resource shapes and
-# let them run beside fractional-CPU actor pools on small machines.
-REDUCER_CPUS = 0.25
-TERMINAL_CPUS = 0.25
-ITEMS_PER_BLOCK = 4
+# Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
+# small machine fractional-CPU tasks start many more worker processes and were 5x slower here.
+# from_items: at most this many source blocks (each is one ray.put on the driver), one row per block
+# for small inputs, so a few heavy parents (PDFs) still expand in parallel.
+MAX_SOURCE_BLOCKS = 64
 
 
-def _actor_class(plan: Plan, index: int, client: Any, rows_per_block: int, generator: bool) -> type:
+@dataclass(frozen=True)
+class _Step:
+    """What a worker needs to run one stage.
+
+    For the last stage of a plan the terminal step is folded in: one Ray step fewer per block.
+    """
+
+    plan: Plan
+    index: int
+    client: Any
+    rows_per_block: int
+    holders: Any = None
+    terminal: bool = False
+
+    def build(self) -> Callable[[pa.Table], Any]:
+        op = build_op(
+            self.plan,
+            self.index,
+            self.client,
+            rows_per_block=self.rows_per_block,
+            holders=self.holders,
+        )
+        if not self.terminal:
+            return op
+        end = TerminalOp(self.plan.level, self.client)
+        if self.plan.stages[self.index].kind is Kind.EXPAND:
+            return lambda batch: (end(block) for block in op(batch))
+        return lambda batch: end(op(batch))
+
+
+def _actor_class(step: _Step, generator: bool) -> type:
     """A callable class holding one operator (built once per actor). Built here, not in a loop."""
 
     class StageActor:
         def __init__(self) -> None:
-            self._op = build_op(plan, index, client, rows_per_block=rows_per_block)
+            self._run = step.build()
 
         if generator:
 
             def __call__(self, batch: pa.Table) -> Any:
-                yield from self._op(batch)
+                yield from self._run(batch)
 
         else:
 
             def __call__(self, batch: pa.Table) -> Any:
-                return self._op(batch)
+                return self._run(batch)
 
-    StageActor.__name__ = StageActor.__qualname__ = (
-        f"Lineage_{plan.stages[index].kind.value}_{index}"
-    )
+    kind = step.plan.stages[step.index].kind.value
+    StageActor.__name__ = StageActor.__qualname__ = f"Lineage_{kind}_{step.index}"
     return StageActor
 
 
-def _task_fn(plan: Plan, index: int, client: Any, rows_per_block: int, generator: bool) -> Any:
+def _task_fn(step: _Step, generator: bool) -> Any:
     """A function for task-based steps; the operator is cheap to build (its fn is a plain function)."""
     if generator:
 
         def expand_task(batch: pa.Table) -> Any:
-            yield from build_op(plan, index, client, rows_per_block=rows_per_block)(batch)
+            yield from step.build()(batch)
 
         return expand_task
 
     def stage_task(batch: pa.Table) -> pa.Table:
-        return build_op(plan, index, client)(batch)
+        return step.build()(batch)
 
     return stage_task
 
@@ -77,28 +108,18 @@ def _resources(stage: Stage) -> dict[str, Any]:
     return args
 
 
-def lower_stage(
-    ds: ray.data.Dataset, plan: Plan, index: int, client: Any, rows_per_block: int
-) -> Any:
-    """Append stage ``index`` of ``plan`` to ``ds``."""
-    stage = plan.stages[index]
+def lower_stage(ds: ray.data.Dataset, step: _Step) -> Any:
+    """Append one stage to ``ds``."""
+    stage = step.plan.stages[step.index]
     if stage.kind is Kind.REDUCE:
-        args = _resources(stage)
-        args.setdefault("num_cpus", REDUCER_CPUS)
+        # A task step (many run at once): each reduces the parents its block completes; partial
+        # groups wait in the stage's hash-partitioned holder actors.
         return ds.map_batches(
-            _actor_class(plan, index, client, rows_per_block, generator=False),
-            batch_format="pyarrow",
-            batch_size=None,
-            compute=ActorPoolStrategy(size=1),
-            **args,
+            _task_fn(step, False), batch_format="pyarrow", batch_size=None, **_resources(stage)
         )
     generator = stage.kind is Kind.EXPAND
     compute = _compute(stage)
-    fn = (
-        _actor_class(plan, index, client, rows_per_block, generator)
-        if compute is not None
-        else _task_fn(plan, index, client, rows_per_block, generator)
-    )
+    fn = _actor_class(step, generator) if compute is not None else _task_fn(step, generator)
     ds = ds.map_batches(
         fn,
         batch_format="pyarrow",
@@ -110,7 +131,7 @@ def lower_stage(
     if generator:
         # Ray merges a task's yielded batches into one block; this split is fused into the same task
         # (no shuffle) and keeps children in small blocks so one huge parent spreads over many workers.
-        ds = ds.repartition(target_num_rows_per_block=rows_per_block)
+        ds = ds.repartition(target_num_rows_per_block=step.rows_per_block)
     return ds
 
 
@@ -120,21 +141,18 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
     if src.kind == "items":
         items = [dict(item) for item in src.payload]
         roots = root_ids(items, src.id_column)
-        client.register_roots(roots)
+        client.register_roots(roots, wait=False)
         client.exclude_roots(sorted(plan.exclude))
         keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
-        tables = [
-            with_lineage(pa.Table.from_pylist([items[i] for i in chunk]), [roots[i] for i in chunk])
-            for chunk in (
-                keep[j : j + ITEMS_PER_BLOCK] for j in range(0, len(keep), ITEMS_PER_BLOCK)
-            )
-        ]
+        table = with_lineage(pa.Table.from_pylist([items[i] for i in keep]), [roots[i] for i in keep])
+        per_block = max(1, -(-table.num_rows // MAX_SOURCE_BLOCKS))
+        tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
         return ray.data.from_arrow(tables or [C.empty()])
     if src.kind == "files":
         from lineage_data._ray.datasource import FileDatasource
 
         fs, files = src.payload
-        client.register_roots([uri for uri, _ in files])
+        client.register_roots([uri for uri, _ in files], wait=False)
         client.exclude_roots(sorted(plan.exclude))
         files = [(uri, size) for uri, size in files if uri not in plan.exclude]
         per_task = int(src.options.get("files_per_task", 1))
@@ -160,16 +178,28 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
 
 
 def lower(
-    plan: Plan, client: Any, *, rows_per_block: int = DEFAULT_ROWS_PER_BLOCK
+    plan: Plan,
+    client: Any,
+    holder_sets: dict[int, Any],
+    *,
+    rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
 ) -> ray.data.Dataset:
-    """The whole plan as a lazy Ray Dataset ending in the terminal step."""
+    """The whole plan as a lazy Ray Dataset; its last step also reports terminal rows.
+
+    ``holder_sets`` maps the index of every reduce stage to its group holders.
+    """
     ds = source_dataset(plan, client)
     ds.context.raise_original_map_exception = True
+    shipped = plan.for_workers()  # stage closures must not carry the source rows to every task
+    last = len(plan.stages) - 1
     for index in range(len(plan.stages)):
-        ds = lower_stage(ds, plan, index, client, rows_per_block)
+        step = _Step(shipped, index, client, rows_per_block, holder_sets.get(index), index == last)
+        ds = lower_stage(ds, step)
+    if plan.stages:
+        return ds
     level = plan.level
 
     def terminal(batch: pa.Table) -> pa.Table:
         return TerminalOp(level, client)(batch)
 
-    return ds.map_batches(terminal, batch_format="pyarrow", batch_size=None, num_cpus=TERMINAL_CPUS)
+    return ds.map_batches(terminal, batch_format="pyarrow", batch_size=None)

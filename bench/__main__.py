@@ -1,0 +1,66 @@
+"""``python -m bench <name> [--scale smoke|small|full]``: run one benchmark (or ``all``).
+
+The last line on stdout is one JSON object with the headline figures; progress goes to stderr; full
+results (JSON, and a PNG timeline for longtail and poison) go to ``bench/results/`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import coordinator, longtail, overhead, poison
+from bench.common import log
+from bench.measure import RESULTS_DIR, start_ray, warm_up
+
+BENCHES = ("longtail", "poison", "overhead", "coordinator")
+GPUS = 4
+
+
+def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    if name == "longtail":
+        return longtail.run(args.scale, out, seed=args.seed, daft=not args.no_daft)
+    if name == "poison":
+        return poison.run(args.scale, out, seed=args.seed)
+    if name == "overhead":
+        return overhead.run(args.scale, out, seed=args.seed)
+    return coordinator.run(args.scale, out, seed=args.seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, start Ray, run, print the headline JSON last."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("name", choices=(*BENCHES, "all"))
+    parser.add_argument("--scale", choices=("smoke", "small", "full"), default="smoke")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(RESULTS_DIR), help="results directory")
+    parser.add_argument("--no-daft", action="store_true", help="skip Daft in longtail")
+    args = parser.parse_args(argv)
+
+    started = time.time()
+    owns_ray = start_ray(GPUS)
+    log(f"ray up in {time.time() - started:.1f}s")
+    try:
+        if args.scale != "smoke":
+            warm_up()
+        names = BENCHES if args.name == "all" else (args.name,)
+        headlines = {name: _run_one(name, args) for name in names}
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+    log(f"done in {time.time() - started:.1f}s")
+    result = headlines if args.name == "all" else headlines[args.name]
+    sys.stdout.write(json.dumps(result, sort_keys=False) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""Smoke runs of every benchmark (``python -m bench <name> --scale smoke``), each in its own process.
+
+Each subprocess starts (and stops) its own local Ray, so nothing is shared with the test session's Ray.
+Only the shape and sanity of the results are checked, never timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def _run_bench(name: str, out: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", name, "--scale", "smoke", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert proc.returncode == 0, f"bench {name} failed:\n{proc.stderr[-4000:]}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, f"bench {name} printed nothing on stdout:\n{proc.stderr[-2000:]}"
+    headline = json.loads(lines[-1])
+    assert headline["bench"] == name
+    assert headline["scale"] == "smoke"
+    results = list(out.glob(f"{name}-smoke-*.json"))
+    assert len(results) == 1, results
+    assert json.loads(results[0].read_text())["headline"] == headline
+    return headline
+
+
+def _frac(value: float, *, zero_ok: bool = False) -> None:
+    assert isinstance(value, int | float)
+    assert (value >= 0 if zero_ok else value > 0) and value <= 1, value
+
+
+def test_longtail_smoke(tmp_path: Path) -> None:
+    h = _run_bench("longtail", tmp_path)
+    assert h["wall_ratio_vs_ray_data"] > 0
+    assert h["wall_ratio_vs_floor"] > 0
+    _frac(h["first_commit_frac"])
+    _frac(h["tail_frac"], zero_ok=True)
+    _frac(h["gpu_busy_frac"])
+    assert set(h["wall_s"]) >= {"floor", "ray_data", "lineage_data"}
+    assert list(tmp_path.glob("longtail-smoke-*.png"))
+
+
+def test_poison_smoke(tmp_path: Path) -> None:
+    h = _run_bench("poison", tmp_path)
+    _frac(h["suppressed_frac"], zero_ok=True)
+    assert h["wall_ratio_vs_clean"] > 0
+    # Semantics, not timing: Ray Data cannot stop siblings; every poisoned parent ends SUPPRESSED.
+    assert h["ray_data_suppressed_frac"] == 0
+    assert h["ray_data_siblings_computed_then_discarded"] == h["siblings"]
+    assert h["poisoned_parents_suppressed"] >= 1
+    assert 0 <= h["siblings_computed_then_discarded"] <= h["siblings"]
+    assert list(tmp_path.glob("poison-smoke-*.png"))
+
+
+def test_overhead_smoke(tmp_path: Path) -> None:
+    h = _run_bench("overhead", tmp_path)
+    assert h["overhead_ratio"] > 0
+    assert h["overhead_ratio_from_ray"] > 0
+    assert h["rows"] > 0
+
+
+def test_coordinator_smoke(tmp_path: Path) -> None:
+    h = _run_bench("coordinator", tmp_path)
+    assert h["events_per_s"] > 0
+    assert h["bytes_per_in_flight_parent"] > 0
