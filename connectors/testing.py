@@ -305,7 +305,8 @@ def make_video(
         raise ValueError(f"need seconds > 0, fps >= 1 and even sizes; got {seconds}, {fps}, {size}")
     rng = random.Random(f"video:{seed}")
     out_bytes = io.BytesIO()
-    with av.open(out_bytes, mode="w", format="mp4") as out:
+    # bitexact: no creation time or encoder version in the header, so equal arguments give equal bytes
+    with av.open(out_bytes, mode="w", format="mp4", options={"fflags": "+bitexact"}) as out:
         video = _add_video_stream(av, out, fps, size, max(1, round(keyframe_interval_s * fps)))
         sound = _add_audio_stream(av, out) if audio else None
         colour = np.array([rng.randrange(256) for _ in range(3)], dtype=np.uint8)
