@@ -66,9 +66,9 @@ def from_items(
 
     Duplicate ids raise :class:`DuplicateRootError` here, before anything runs.
     """
-    rows = tuple(dict(item) for item in items)
-    root_ids(list(rows), id_column)
-    return LineageDataset(Plan(Source("items", rows, id_column)))
+    rows = [dict(item) for item in items]
+    roots = tuple(root_ids(rows, id_column))
+    return LineageDataset(Plan(Source("items", tuple(rows), id_column, roots=roots)))
 
 
 def from_ray(dataset: Any, *, id_column: str | None = None) -> LineageDataset:

@@ -62,8 +62,8 @@ def run_local(
     """
     if plan.source.kind != "items":
         raise PlanError("run_local executes from_items sources only")
-    items = [dict(item) for item in plan.source.payload]
-    roots = root_ids(items, plan.source.id_column)
+    items = plan.source.payload
+    roots = plan.source.roots or root_ids(items, plan.source.id_column)
     keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
     state = LineageState(stages=[s.name for s in plan.stages], derived=plan.derived_stages())
     state.register_roots(roots)

@@ -65,6 +65,7 @@ class Source:
     payload: Any
     id_column: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    roots: tuple[str, ...] | None = None  # root ids, when known before the run (items, files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,9 @@ class Plan:
 
     def for_workers(self) -> Plan:
         """This plan without its source payload and exclusions: what stage workers need (small)."""
-        return replace(self, source=replace(self.source, payload=None), exclude=frozenset())
+        return replace(
+            self, source=replace(self.source, payload=None, roots=None), exclude=frozenset()
+        )
 
     def then(self, stage: Stage) -> Plan:
         """This plan with one more stage, checked now."""

@@ -16,7 +16,8 @@ import ray
 
 from lineage_data._core.reduce import Group, GroupBuffer, GroupKey, group_key
 
-DEFAULT_HOLDERS = 4
+# Two holders: each is one more worker process to start; on small machines start-up time dominates.
+DEFAULT_HOLDERS = 2
 
 
 @ray.remote(num_cpus=0, max_restarts=0)

@@ -139,12 +139,14 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
     """The level-0 rows of ``plan`` with their lineage columns; roots are registered with ``client``."""
     src = plan.source
     if src.kind == "items":
-        items = [dict(item) for item in src.payload]
-        roots = root_ids(items, src.id_column)
+        items = src.payload
+        roots = src.roots or root_ids(items, src.id_column)
         client.register_roots(roots, wait=False)
         client.exclude_roots(sorted(plan.exclude))
-        keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
-        table = with_lineage(pa.Table.from_pylist([items[i] for i in keep]), [roots[i] for i in keep])
+        if plan.exclude:
+            keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
+            items, roots = [items[i] for i in keep], [roots[i] for i in keep]
+        table = with_lineage(pa.Table.from_pylist(list(items)), list(roots))
         per_block = max(1, -(-table.num_rows // MAX_SOURCE_BLOCKS))
         tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
         return ray.data.from_arrow(tables or [C.empty()])
