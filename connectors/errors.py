@@ -151,3 +151,22 @@ def sniff_format(data: bytes) -> str:
         return "MPEG-TS video"
     printable = sum(32 <= b < 127 or b in (9, 10, 13) for b in head)
     return "text" if printable >= 0.95 * len(head) else "unknown binary"
+
+
+def input_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | None) -> bytes:
+    """``row[key]`` as ``bytes``, after the checks every format shares (present, not empty, not too big).
+
+    Raises:
+        KeyError: The row has no ``key`` column.
+        EmptyInputError: The value is empty.
+        OversizedInputError: The value is larger than ``max_bytes``.
+    """
+    if key not in row:
+        raise KeyError(f"{name}: the row has no {key!r} column (columns: {sorted(row)})")
+    raw = row[key]
+    if raw is None or len(raw) == 0:
+        raise EmptyInputError.for_input(name, "the file is empty (0 bytes)")
+    data = raw if isinstance(raw, bytes) else bytes(raw)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise OversizedInputError.for_input(name, f"{len(data)} bytes exceed max_bytes={max_bytes}")
+    return data

@@ -36,6 +36,7 @@ from connectors.errors import (
     OversizedInputError,
     TruncatedInputError,
     UnsupportedInputError,
+    input_bytes,
     input_name,
     sniff_format,
 )
@@ -197,14 +198,7 @@ def _import_pdfium() -> Any:
 
 def _checked_bytes(row: dict[str, Any], name: str, max_bytes: int | None) -> bytes:
     """``row["bytes"]`` as ``bytes``, after the checks that need no parser."""
-    if "bytes" not in row:
-        raise KeyError(f"{name}: the PDF row has no 'bytes' column (columns: {sorted(row)})")
-    raw = row["bytes"]
-    if raw is None or len(raw) == 0:
-        raise EmptyInputError.for_input(name, "the file is empty (0 bytes)")
-    data = raw if isinstance(raw, bytes) else bytes(raw)
-    if max_bytes is not None and len(data) > max_bytes:
-        raise OversizedInputError.for_input(name, f"{len(data)} bytes exceed max_bytes={max_bytes}")
+    data = input_bytes(row, "bytes", name, max_bytes)
     kind = sniff_format(data)
     if kind != "PDF document":
         raise UnsupportedInputError.for_input(name, f"not a PDF (looks like {kind})")

@@ -43,6 +43,7 @@ from connectors.errors import (
     OversizedInputError,
     TruncatedInputError,
     UnsupportedInputError,
+    input_bytes,
     input_name,
     sniff_format,
 )
@@ -230,14 +231,7 @@ def clip_bounds(
 
 def _checked_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | None) -> bytes:
     """``row[key]`` as ``bytes``, after the checks that need no demuxer."""
-    if key not in row:
-        raise KeyError(f"{name}: the row has no {key!r} column (columns: {sorted(row)})")
-    raw = row[key]
-    if raw is None or len(raw) == 0:
-        raise EmptyInputError.for_input(name, "the file is empty (0 bytes)")
-    data = raw if isinstance(raw, bytes) else bytes(raw)
-    if max_bytes is not None and len(data) > max_bytes:
-        raise OversizedInputError.for_input(name, f"{len(data)} bytes exceed max_bytes={max_bytes}")
+    data = input_bytes(row, key, name, max_bytes)
     kind = sniff_format(data)
     if kind not in _VIDEO_KINDS and kind not in ("text", "unknown binary"):
         raise UnsupportedInputError.for_input(name, f"not a video (looks like {kind})")

@@ -10,7 +10,11 @@ children. A header's ``path`` is its parent's path; it closes the group of level
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pyarrow as pa
+
+from lineage_data._core.errors import ContractError
 
 PREFIX = "_lineage_"
 
@@ -48,6 +52,20 @@ def is_reserved(name: str) -> bool:
     (True, False)
     """
     return name.startswith(PREFIX)
+
+
+def check_user_row(value: object, what: str) -> Mapping:
+    """``value`` if it is a dict a user function may return: a mapping without reserved columns.
+
+    Raises:
+        ContractError: naming ``what`` (e.g. "expand_lineage 'pages': child 3").
+    """
+    if not isinstance(value, Mapping):
+        raise ContractError(f"{what} must be a dict, got {type(value).__name__}")
+    reserved = [k for k in value if is_reserved(str(k))]
+    if reserved:
+        raise ContractError(f"{what} uses reserved column(s) {reserved}")
+    return value
 
 
 def user_columns(names: list[str]) -> list[str]:

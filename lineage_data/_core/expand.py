@@ -96,16 +96,7 @@ class ExpandOp:
         return pickle.dumps(kept, protocol=5)
 
     def _check(self, child: object, ordinal: int) -> Mapping:
-        if not isinstance(child, Mapping):
-            raise ContractError(
-                f"expand_lineage {self._stage.name!r}: child {ordinal} must be a dict, got {type(child).__name__}"
-            )
-        reserved = [k for k in child if C.is_reserved(str(k))]
-        if reserved:
-            raise ContractError(
-                f"expand_lineage {self._stage.name!r}: child uses reserved column(s) {reserved}"
-            )
-        return child
+        return C.check_user_row(child, f"expand_lineage {self._stage.name!r}: child {ordinal}")
 
 
 class _Children:

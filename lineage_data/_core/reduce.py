@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
-from lineage_data._core.errors import ContractError, FencingError
+from lineage_data._core.errors import FencingError
 from lineage_data._core.failures import is_failure
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.plan import Stage
@@ -192,15 +192,7 @@ class ReduceOp:
             return outcomes.from_exception(exc, name), {}
         if is_failure(value):
             return outcomes.from_value(value, name), {}
-        if not isinstance(value, Mapping):
-            raise ContractError(
-                f"reduce_lineage {name!r}: fn must return a dict, got {type(value).__name__}"
-            )
-        reserved = [k for k in value if C.is_reserved(str(k))]
-        if reserved:
-            raise ContractError(
-                f"reduce_lineage {name!r}: result uses reserved column(s) {reserved}"
-            )
+        C.check_user_row(value, f"reduce_lineage {name!r}: the result")
         return outcomes.PRESENT, dict(value)
 
 
