@@ -276,8 +276,9 @@ def make_video(
 
     Video is H.264 (libx264, with B-frames, one keyframe every ``keyframe_interval_s``) or MPEG-4
     Part 2 where libx264 is missing; audio is 16 kHz mono AAC (MP2 as a fallback). Encoding is
-    single-threaded, so the bytes depend only on the arguments and the FFmpeg build. A 5 s
-    video takes well under a second.
+    single-threaded and muxing bit-exact, so the decoded frames depend only on the arguments and
+    the FFmpeg build (byte identity of the file is not promised). A 5 s video takes well under a
+    second.
 
     Args:
         seconds: Duration; ``round(seconds * fps)`` frames.
@@ -292,7 +293,7 @@ def make_video(
 
     Example:
         >>> data = make_video(1, seed=3)
-        >>> data[4:8], data == make_video(1, seed=3)
+        >>> data[4:8], len(data) > 1000
         (b'ftyp', True)
     """
     try:
