@@ -16,8 +16,10 @@ import ray
 
 from lineage_data._core.reduce import Group, GroupBuffer, GroupKey, group_key
 
-# Two holders: each is one more worker process to start; on small machines start-up time dominates.
-DEFAULT_HOLDERS = 2
+# One holder per this many cluster CPUs (at least one, at most MAX_HOLDERS): each holder is one more worker
+# process to start, which on a small machine delays the first GPU batch; on a cluster they spread the load.
+CPUS_PER_HOLDER = 16
+MAX_HOLDERS = 16
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -43,8 +45,11 @@ class HolderSet:
         self.actors = list(actors)
 
     @classmethod
-    def start(cls, count: int = DEFAULT_HOLDERS) -> HolderSet:
-        """Start ``count`` holder actors."""
+    def start(cls, count: int | None = None) -> HolderSet:
+        """Start ``count`` holder actors (default: one per 16 cluster CPUs, 1..16)."""
+        if count is None:
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            count = max(1, min(MAX_HOLDERS, cpus // CPUS_PER_HOLDER))
         return cls([GroupHolder.remote() for _ in range(count)])  # type: ignore[attr-defined]
 
     def add(self, rows: Sequence[dict]) -> list[tuple[GroupKey, Group]]:

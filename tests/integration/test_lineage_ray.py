@@ -216,3 +216,22 @@ def test_isolate_on_ray_fails_only_the_poisoned_row():
         "PRESENT",
     ]
     assert rows["2"]["_lineage_cause"] == "ValueError: poisoned"
+
+
+def test_partial_groups_spread_over_several_holders(tmp_path, monkeypatch):
+    from lineage_data._ray import holders
+
+    monkeypatch.setattr(holders, "CPUS_PER_HOLDER", 2)  # 8 logical CPUs -> 4 holder actors
+    started = []
+    original = holders.HolderSet.start.__func__
+
+    def spy(cls, count=None):
+        hs = original(cls, count)
+        started.append(len(hs.actors))
+        return hs
+
+    monkeypatch.setattr(holders.HolderSet, "start", classmethod(spy))
+    counts = long_tail(30, seed=5, hi=120)
+    ds = plan(counts, tmp_path)
+    check_against_reference(ds, ds.take_all())
+    assert started == [4]
