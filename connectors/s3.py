@@ -86,6 +86,19 @@ class S3ConnectionError(LineageError, ConnectionError):
     """The S3 endpoint could not be reached at all."""
 
 
+#: Every environment variable :meth:`S3Settings.from_env` reads (tests clear them for isolation).
+ENV_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_NO_SIGN_REQUEST",
+)
+
+
 def _mask(value: str | None) -> str | None:
     """A credential as it may be shown: the first two characters of a key, then ``***``."""
     if value is None:

@@ -11,19 +11,10 @@ import uuid
 
 import pytest
 
+from connectors.s3 import ENV_VARIABLES
 from connectors.seaweed import SeaweedServer
 
-_AWS_VARIABLES = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_NO_SIGN_REQUEST",
-    "AWS_PROFILE",
-)
+_AWS_VARIABLES = (*ENV_VARIABLES, "AWS_PROFILE")
 
 
 @pytest.fixture(scope="session")

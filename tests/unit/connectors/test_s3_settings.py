@@ -6,6 +6,7 @@ import pickle
 import pytest
 
 from connectors.s3 import (
+    ENV_VARIABLES,
     S3AccessError,
     S3BucketNotFoundError,
     S3ConnectionError,
@@ -22,16 +23,7 @@ KEY = "AKIAIOSFODNN7EXAMPLE"
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 TOKEN = "FwoGZXIvYXdzEXAMPLETOKEN0123456789"
 
-_AWS = (
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_NO_SIGN_REQUEST",
-)
+_AWS = ENV_VARIABLES
 
 
 @pytest.fixture
