@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Timeline, gpu_metrics
+from bench.measure import Timeline, gpu_metrics, plot_timelines, results_path, write_json
 from bench.systems import SystemRun
 from bench.workload import CostModel
 
@@ -59,9 +59,12 @@ def summarize(run: SystemRun, timeline: Timeline, cost: CostModel, children: int
         "wall_s": round(wall, 3),
         "children": children,
         "children_per_s": round(children / wall, 1) if wall > 0 else None,
-        "first_output_s": round(run.sink.first_output_s, 3) if run.sink.first_output_s is not None else None,
+        "first_output_s": round(run.sink.first_output_s, 3)
+        if run.sink.first_output_s is not None
+        else None,
         "first_commit_frac": round(run.sink.first_output_s / wall, 4)
-        if run.sink.first_output_s is not None and wall > 0 else None,
+        if run.sink.first_output_s is not None and wall > 0
+        else None,
         "parents_out": len(commits),
         "commit_p50_frac": round(statistics.median(commits) / wall, 4) if commits else None,
         "output_rows": run.sink.rows,
@@ -88,9 +91,16 @@ def code_version() -> dict[str, str | None]:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False
-        ).stdout.strip() or None
+        head = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+            or None
+        )
     except OSError:
         head = None
     return {"git_head": head, "lineage_data_sources_sha1": digest.hexdigest()[:12]}
@@ -99,4 +109,26 @@ def code_version() -> dict[str, str | None]:
 def ensure_dir(path: Path) -> Path:
     """``mkdir -p``."""
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def publish(
+    name: str, scale: str, seed: int, out_dir: Path, title: str, plots: Any, body: dict[str, Any]
+) -> Path:
+    """Save the timeline PNG and the results JSON (common envelope + ``body``); return the JSON path."""
+    when = stamp()
+    png = results_path(out_dir, name, scale, "png", when)
+    plot_timelines(png, title, plots)
+    data = {
+        "bench": name,
+        "scale": scale,
+        "seed": seed,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "code": code_version(),
+        **body,
+        "plot": str(png),
+    }
+    path = results_path(out_dir, name, scale, "json", when)
+    write_json(path, data)
+    log(f"wrote {path} and {png}")
     return path

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import code_version, log, scale_config, stamp, summarize
-from bench.measure import plot_timelines, read_timeline, results_path, write_json
+from bench.common import log, publish, scale_config, summarize
+from bench.measure import read_timeline
 from bench.systems import SYSTEMS, Job, clean, import_daft
 from bench.workload import make_corpus
 
@@ -32,8 +31,10 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
     corpus = make_corpus(n_parents, seed=seed)
     children = sum(r["n_children"] for r in corpus)
     counts = sorted(r["n_children"] for r in corpus)
-    log(f"longtail/{scale}: {n_parents} parents, {children} children (max {counts[-1]}), "
-        f"{cost.gpus} GPUs, batch {cost.batch_size}")
+    log(
+        f"longtail/{scale}: {n_parents} parents, {children} children (max {counts[-1]}), "
+        f"{cost.gpus} GPUs, batch {cost.batch_size}"
+    )
     results: dict[str, Any] = {}
     plots = []
     skipped: dict[str, str] = {}
@@ -85,40 +86,36 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
     }
     if "wall_ratio_vs_ray_data_tuned" in ld:
         headline["wall_ratio_vs_ray_data_tuned"] = ld["wall_ratio_vs_ray_data_tuned"]
-    when = stamp()
-    png = results_path(out_dir, "longtail", scale, "png", when)
-    plot_timelines(png, f"longtail/{scale}: {n_parents} parents, {children} children, "
-                   f"{cost.gpus} simulated GPUs, batch {cost.batch_size}", plots)
-    data = {
-        "bench": "longtail",
-        "scale": scale,
-        "seed": seed,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "code": code_version(),
-        "corpus": {
-            "parents": n_parents,
-            "children": children,
-            "mean_children": round(children / n_parents, 2),
-            "max_children": counts[-1],
-            "median_children": counts[len(counts) // 2],
+    publish(
+        "longtail",
+        scale,
+        seed,
+        out_dir,
+        f"longtail/{scale}: {n_parents} parents, {children} children, "
+        f"{cost.gpus} simulated GPUs, batch {cost.batch_size}",
+        plots,
+        {
+            "corpus": {
+                "parents": n_parents,
+                "children": children,
+                "mean_children": round(children / n_parents, 2),
+                "max_children": counts[-1],
+                "median_children": counts[len(counts) // 2],
+            },
+            "cost_model": cost.as_dict(),
+            "notes": (
+                "All systems share one Ray instance (8 logical CPUs, N logical GPUs) and the same stage "
+                "functions and costs (time.sleep). Ray Data pipelines split expanded children into "
+                "16-row blocks as lineage_data does, so the comparison isolates the regroup. ray_data uses "
+                "Ray Data's default groupby (hash shuffle, 200 partitions); ray_data_tuned the task-based "
+                "sort shuffle. Smoke runs floor, ray_data and lineage_data only. wall_s runs "
+                "from building the pipeline to the last shard written on the driver (actor start-up "
+                "included). gpu_busy_frac = measured GPU batch seconds / N / wall; gpu_ideal_busy_frac "
+                "uses the least GPU work (full batches). tail = end - last GPU batch end."
+            ),
+            "systems": results,
+            "skipped": skipped,
+            "headline": headline,
         },
-        "cost_model": cost.as_dict(),
-        "notes": (
-            "All systems share one Ray instance (8 logical CPUs, N logical GPUs) and the same stage "
-            "functions and costs (time.sleep). Ray Data pipelines split expanded children into "
-            "16-row blocks as lineage_data does, so the comparison isolates the regroup. ray_data uses "
-            "Ray Data's default groupby (hash shuffle, 200 partitions); ray_data_tuned the task-based "
-            "sort shuffle. Smoke runs floor, ray_data and lineage_data only. wall_s runs "
-            "from building the pipeline to the last shard written on the driver (actor start-up "
-            "included). gpu_busy_frac = measured GPU batch seconds / N / wall; gpu_ideal_busy_frac "
-            "uses the least GPU work (full batches). tail = end - last GPU batch end."
-        ),
-        "systems": results,
-        "skipped": skipped,
-        "headline": headline,
-        "plot": str(png),
-    }
-    path = results_path(out_dir, "longtail", scale, "json", when)
-    write_json(path, data)
-    log(f"wrote {path} and {png}")
+    )
     return headline

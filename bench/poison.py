@@ -17,12 +17,11 @@ actors suppress more; a parent smaller than one in-flight window suppresses litt
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import code_version, log, scale_config, stamp, summarize
-from bench.measure import plot_timelines, read_timeline, results_path, write_json
+from bench.common import log, publish, scale_config, summarize
+from bench.measure import read_timeline
 from bench.systems import Job, clean, run_lineage_data, run_ray_data_tuned
 from bench.workload import make_corpus, poisoned_docs
 
@@ -30,7 +29,9 @@ BATCH = 48
 ACTORS = 4
 
 
-def _sightings(seen: dict[str, set[int]], sizes: dict[str, int], poison: list[str]) -> dict[str, Any]:
+def _sightings(
+    seen: dict[str, set[int]], sizes: dict[str, int], poison: list[str]
+) -> dict[str, Any]:
     per_parent = []
     for doc in poison:
         n = sizes[doc]
@@ -52,7 +53,9 @@ def _sightings(seen: dict[str, set[int]], sizes: dict[str, int], poison: list[st
         "per_parent": per_parent,
         "siblings": siblings,
         "siblings_never_handed": never,
-        "siblings_computed_then_discarded": sum(p["siblings_computed_then_discarded"] for p in per_parent),
+        "siblings_computed_then_discarded": sum(
+            p["siblings_computed_then_discarded"] for p in per_parent
+        ),
         "suppressed_frac": round(never / siblings, 4) if siblings else None,
     }
 
@@ -68,8 +71,10 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     sizes = {r["doc"]: r["n_children"] for r in corpus}
     children = sum(sizes.values())
     poison = poisoned_docs(corpus)
-    log(f"poison/{scale}: {n_parents} parents, {children} children; poisoned {len(poison)} parents "
-        f"with {[sizes[d] for d in poison]} children; batch {BATCH}, {ACTORS} actors")
+    log(
+        f"poison/{scale}: {n_parents} parents, {children} children; poisoned {len(poison)} parents "
+        f"with {[sizes[d] for d in poison]} children; batch {BATCH}, {ACTORS} actors"
+    )
     runs: dict[str, Any] = {}
     plots = []
     scratch = Path(tempfile.mkdtemp(prefix="bench-poison-"))
@@ -114,34 +119,34 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         "ray_data_gpu_work_ratio_vs_clean": _ratio(rd_p, rd_c, "gpu_work_s"),
         "siblings": ld_p["poison"]["siblings"],
         "siblings_computed_then_discarded": ld_p["poison"]["siblings_computed_then_discarded"],
-        "ray_data_siblings_computed_then_discarded": rd_p["poison"]["siblings_computed_then_discarded"],
+        "ray_data_siblings_computed_then_discarded": rd_p["poison"][
+            "siblings_computed_then_discarded"
+        ],
         "poisoned_parents_suppressed": outcomes.get("SUPPRESSED", 0),
     }
-    when = stamp()
-    png = results_path(out_dir, "poison", scale, "png", when)
-    plot_timelines(png, f"poison/{scale}: {len(poison)} of {n_parents} parents poisoned at ordinal 0, "
-                   f"batch {BATCH}, {ACTORS} actors", plots)
-    data = {
-        "bench": "poison",
-        "scale": scale,
-        "seed": seed,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "code": code_version(),
-        "corpus": {"parents": n_parents, "children": children, "poisoned": poison},
-        "cost_model": cost.as_dict(),
-        "what_governs_suppressed_frac": (__doc__ or "").split("What governs the suppressed fraction: ")[-1]
-        .replace("\n", " ").strip(),
-        "notes": (
-            "Ray Data runs use the task-based sort shuffle for the groupby (ray_data_tuned in longtail); "
-            "a poisoned parent's row is flagged by the GPU function and the parent filtered out after the "
-            "regroup. rows_seen_by_udf counts the rows of a poisoned parent that the GPU function was "
-            "handed (logged from inside it)."
-        ),
-        "runs": runs,
-        "headline": headline,
-        "plot": str(png),
-    }
-    path = results_path(out_dir, "poison", scale, "json", when)
-    write_json(path, data)
-    log(f"wrote {path} and {png}")
+    publish(
+        "poison",
+        scale,
+        seed,
+        out_dir,
+        f"poison/{scale}: {len(poison)} of {n_parents} parents poisoned at ordinal 0, "
+        f"batch {BATCH}, {ACTORS} actors",
+        plots,
+        {
+            "corpus": {"parents": n_parents, "children": children, "poisoned": poison},
+            "cost_model": cost.as_dict(),
+            "what_governs_suppressed_frac": (__doc__ or "")
+            .split("What governs the suppressed fraction: ")[-1]
+            .replace("\n", " ")
+            .strip(),
+            "notes": (
+                "Ray Data runs use the task-based sort shuffle for the groupby (ray_data_tuned in longtail); "
+                "a poisoned parent's row is flagged by the GPU function and the parent filtered out after the "
+                "regroup. rows_seen_by_udf counts the rows of a poisoned parent that the GPU function was "
+                "handed (logged from inside it)."
+            ),
+            "runs": runs,
+            "headline": headline,
+        },
+    )
     return headline
