@@ -61,22 +61,21 @@ def throughput(n_parents: int, batch: int, tasks: int = TASKS) -> dict[str, Any]
     """Drive a fresh coordinator from ``tasks`` Ray tasks; events/s and per-call latency."""
     import ray
 
-    from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
+    from lineage_data._ray.actors import kill_all, new_run_id
+    from lineage_data._ray.coordinator import start_coordinator
 
     sampler = MemorySampler(interval_s=0.1)
     sampler.start()
-    actor = start_coordinator(time.time())
-    client = CoordinatorClient(actor)
+    client, _ = start_coordinator(new_run_id())
     roots = [f"doc-{i:07d}" for i in range(n_parents)]
-    client.register_roots(roots)
     drive = ray.remote(num_cpus=1)(_drive)
     go_at = time.time() + 1.0
     shards = [roots[t::tasks] for t in range(tasks)]
     refs = [drive.remote(client, shard, batch, go_at) for shard in shards]
     stats = ray.get(refs)
-    progress = client.progress()
+    progress = client.snapshot()
     memory = sampler.stop()
-    ray.kill(actor, no_restart=True)
+    kill_all([client.helper])
     children = sum(s["children"] for s in stats)
     calls = sum(s["calls"] for s in stats)
     span = max(s["end"] for s in stats) - min(s["start"] for s in stats)
@@ -97,14 +96,18 @@ def throughput(n_parents: int, batch: int, tasks: int = TASKS) -> dict[str, Any]
 
 def state_memory(k: int) -> dict[str, Any]:
     """tracemalloc bytes of a :class:`LineageState` at each phase, for ``k`` parents of 47 children."""
+    import pyarrow as pa
+
+    from lineage_data._core import columns as C
+    from lineage_data._core.ledger import Ledger
     from lineage_data._core.state import LineageState
 
     roots = [f"doc-{i:07d}" for i in range(k)]
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        state = LineageState(0.0)
-        state.register_roots(roots)
+        state = LineageState()
+        ledger = Ledger(0, roots, started_at=0.0)
         registered = tracemalloc.get_traced_memory()[0] - base
         for root in roots:
             r = [root] * CHILDREN_PER_PARENT
@@ -115,8 +118,10 @@ def state_memory(k: int) -> dict[str, Any]:
         in_flight = tracemalloc.get_traced_memory()[0] - base
         state.reduced("assemble", roots, [()] * k, {"PRESENT": k})
         released = tracemalloc.get_traced_memory()[0] - base
-        state.record_terminal(roots, ["PRESENT"] * k, [None] * k, ["assemble"] * k, 1.0)
-        terminal = tracemalloc.get_traced_memory()[0] - base
+        done = C.conform(pa.table({C.ROOT: roots, C.OUTCOME: ["PRESENT"] * k}))
+        before_take = tracemalloc.get_traced_memory()[0]
+        ledger.take(done, 1.0)
+        terminal = released + tracemalloc.get_traced_memory()[0] - before_take
     finally:
         tracemalloc.stop()
     return {

@@ -68,15 +68,39 @@ def from_items(
     """
     rows = [dict(item) for item in items]
     roots = tuple(root_ids(rows, id_column))
-    return LineageDataset(Plan(Source("items", tuple(rows), id_column, roots=roots)))
+    known = frozenset(name for row in rows for name in row) if rows else None
+    return LineageDataset(Plan(Source("items", tuple(rows), id_column, roots=roots, columns=known)))
 
 
 def from_ray(dataset: Any, *, id_column: str | None = None) -> LineageDataset:
     """Wrap a ``ray.data.Dataset``. Without ``id_column`` ids are hashes of row content.
 
-    Duplicate ids raise :class:`DuplicateRootError` when the run reaches them.
+    When the dataset's schema is known without running it, an ``id_column`` it lacks is a
+    :class:`PlanError` here. Duplicate ids raise :class:`DuplicateRootError`, and a row with no id a
+    :class:`PlanError`, when the run reaches them.
     """
-    return LineageDataset(Plan(Source("ray", dataset, id_column)))
+    known = _known_columns(dataset)
+    if known is not None:
+        if id_column is not None and id_column not in known:
+            raise PlanError(
+                f"from_ray: id_column {id_column!r} is not in the dataset (columns: {sorted(known)})"
+            )
+        reserved = sorted(c for c in known if columns.is_reserved(c))
+        if reserved:
+            raise PlanError(
+                f"from_ray: columns {reserved} use the reserved prefix {columns.PREFIX!r}"
+            )
+    return LineageDataset(Plan(Source("ray", dataset, id_column, columns=known)))
+
+
+def _known_columns(dataset: Any) -> frozenset[str] | None:
+    """The dataset's column names if Ray knows them without executing anything, else None."""
+    try:
+        schema = dataset.schema(fetch_if_missing=False)
+    except Exception:  # noqa: BLE001 - an unknown schema only skips the build-time checks
+        return None
+    names = getattr(schema, "names", None) if schema is not None else None
+    return frozenset(names) if names is not None else None
 
 
 def read_files(
@@ -92,11 +116,19 @@ def read_files(
     ``filesystem=connectors.s3.s3_filesystem(...)`` for an endpoint or credentials of your own). Files are
     listed now, on the driver; their bytes are read by Ray tasks.
     """
-    from lineage_data._ray.datasource import list_files
+    from lineage_data._ray.datasource import FILE_COLUMNS, list_files
 
     fs, files = list_files(paths, filesystem=filesystem, suffixes=suffixes)
     return LineageDataset(
-        Plan(Source("files", (fs, files), "path", {"files_per_task": files_per_task}))
+        Plan(
+            Source(
+                "files",
+                (fs, files),
+                "path",
+                {"files_per_task": files_per_task},
+                columns=frozenset(FILE_COLUMNS),
+            )
+        )
     )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from lineage_data._core.errors import LineageError
+from lineage_data._core.errors import LineageError, PlanError
 from lineage_data._core.plan import Kind, Plan, Stage
 from lineage_data.report import RunReport
 
@@ -205,6 +205,21 @@ class LineageDataset:
             ray_remote_args=ray_remote_args,
         )
 
+    def with_options(self, *, max_repair_attempts: int | None = None) -> LineageDataset:
+        """This dataset with execution options.
+
+        Args:
+            max_repair_attempts: Repair passes after a fault (default 2): roots that did not reach the
+                consumer are run again, alone; those still missing end FAILED with a ``LostError``
+                cause. 0 turns repair off (lost roots fail at once).
+        """
+        plan = self._plan
+        if max_repair_attempts is not None:
+            if max_repair_attempts < 0:
+                raise PlanError(f"max_repair_attempts must be >= 0, got {max_repair_attempts}")
+            plan = replace(plan, max_repair_attempts=max_repair_attempts)
+        return LineageDataset(plan)
+
     def exclude_roots(self, roots: Iterable[str]) -> LineageDataset:
         """This dataset without the given source roots (used to resume a run); they are not expected."""
         return LineageDataset(
@@ -284,12 +299,12 @@ class LineageDataset:
         split, no shuffle), so each write task gets one file's worth of rows.
         """
 
-        def action(ds: Any) -> None:
-            if rows_per_write is not None:
-                ds = ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
-            ds.write_datasink(datasink, **kwargs)
+        def prepare(ds: Any) -> Any:
+            if rows_per_write is None:
+                return ds
+            return ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
 
-        self._execution().write(action)
+        self._execution().write(lambda ds: ds.write_datasink(datasink, **kwargs), prepare=prepare)
 
     def to_ray(self) -> ray.data.Dataset:
         """The lowered, lazy Ray Data Dataset (public lineage columns + user columns).

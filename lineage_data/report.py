@@ -20,7 +20,9 @@ class RunReport:
         parents: one row per source root: ``root``, ``outcome``, ``cause``, ``stage``, ``committed_s``
             (seconds from the start of the run to the moment the root's terminal row was emitted).
         wall_s: seconds from the start of the run to the end of its output.
-        coordinator_calls: batch-level calls the coordinator served.
+        coordinator_calls: batch-level calls the coordinators served (all passes).
+        extra: ``passes`` (1 + repair passes), ``repaired_roots``, ``lost_roots``,
+            ``duplicates_dropped`` (second copies kept from the consumer), ``helpers_recreated``.
     """
 
     stages: pl.DataFrame
@@ -30,8 +32,19 @@ class RunReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_snapshot(cls, snapshot: dict, stage_kinds: dict[str, str], wall_s: float) -> RunReport:
-        """Build from :meth:`LineageState.snapshot` and the plan's stage kinds (in plan order)."""
+    def from_snapshot(
+        cls,
+        snapshot: dict,
+        stage_kinds: dict[str, str],
+        wall_s: float,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> RunReport:
+        """Build from per-stage ``counts``, the consumer's ``terminal`` rows and the calls served.
+
+        ``snapshot`` holds ``counts`` (stage -> outcome -> n), ``terminal`` (root -> (outcome, cause,
+        stage, committed_s)) and ``progress["reports"]``; ``stage_kinds`` is in plan order.
+        """
         counts = snapshot["counts"]
         stage_rows = []
         for stage, kind in stage_kinds.items():
@@ -60,7 +73,18 @@ class RunReport:
             parents=parents,
             wall_s=wall_s,
             coordinator_calls=int(snapshot["progress"]["reports"]),
+            extra=dict(extra or {}),
         )
+
+    @property
+    def repaired_roots(self) -> int:
+        """Roots lost to a fault in the first pass and delivered by a repair pass."""
+        return int(self.extra.get("repaired_roots", 0))
+
+    @property
+    def lost_roots(self) -> int:
+        """Roots that ended FAILED with a ``LostError`` cause (no repair pass delivered them)."""
+        return int(self.extra.get("lost_roots", 0))
 
     @property
     def failures(self) -> pl.DataFrame:

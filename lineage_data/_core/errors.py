@@ -40,3 +40,15 @@ def describe(exc: BaseException) -> str:
     message = str(exc)
     name = type(exc).__name__
     return f"{name}: {message}" if message else name
+
+
+class HelperLostError(LineageError):
+    """A helper actor of the library (coordinator, group holder) could not be reached in time.
+
+    Raised when a fault cannot be survived (e.g. the cluster the driver was attached to is gone); the
+    message names the stage that needed the helper.
+    """
+
+
+class ExecutionError(LineageError):
+    """The Ray execution failed for a reason outside user code; the message names the stage."""

@@ -15,20 +15,31 @@ import pyarrow as pa
 from lineage_data._core import columns as C
 from lineage_data._core.errors import AccountingError, PlanError
 from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK
+from lineage_data._core.ledger import Ledger
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import Plan
 from lineage_data._core.reduce import GroupBuffer
 from lineage_data._core.source import root_ids, with_lineage
-from lineage_data._core.state import LineageState
+from lineage_data._core.state import LineageState, derived_counts
 from lineage_data._core.terminal import TerminalOp
 
 
 @dataclass(frozen=True, slots=True)
 class LocalRun:
-    """Output rows (public lineage columns + user columns) and the run's state."""
+    """Output rows (public lineage columns + user columns), the run's state and its ledger."""
 
     rows: list[dict]
     state: LineageState
+    ledger: Ledger
+    plan: Plan
+
+    def snapshot(self) -> dict:
+        """Per-stage counts (source-level ones derived), terminal rows and calls, as a Ray run reports."""
+        terminal = self.ledger.terminal()
+        names = [s.name for s in self.plan.stages]
+        snap = self.state.snapshot()
+        counts = snap["counts"] | derived_counts(names, self.plan.derived_stages(), terminal)
+        return {"counts": counts, "terminal": terminal, "progress": {"reports": snap["reports"]}}
 
 
 def _batches(
@@ -64,10 +75,9 @@ def run_local(
         raise PlanError("run_local executes from_items sources only")
     items = plan.source.payload
     roots = plan.source.roots or root_ids(items, plan.source.id_column)
-    keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
-    state = LineageState(stages=[s.name for s in plan.stages], derived=plan.derived_stages())
-    state.register_roots(roots)
-    state.exclude_roots(plan.exclude)
+    keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
+    state = LineageState()
+    ledger = Ledger(plan.level, [roots[i] for i in keep], started_at=0.0)
     table = with_lineage(pa.Table.from_pylist([items[i] for i in keep]), [roots[i] for i in keep])
     rng = random.Random(seed)
     tables = [table]
@@ -79,9 +89,12 @@ def run_local(
             result = op(batch)
             outputs.extend([result] if isinstance(result, pa.Table) else list(result))
         tables = outputs
-    terminal = TerminalOp(plan.level, state)
-    rows = [row for t in tables for row in terminal(t).to_pylist()]
-    accounting = state.accounting()
-    if not accounting.ok:
-        raise AccountingError(f"run did not account for every root: {accounting}")
-    return LocalRun(rows, state)
+    terminal = TerminalOp(plan.level)
+    rows = [row for t in tables for row in ledger.take(terminal(t), 0.0).to_pylist()]
+    missing, unexpected = ledger.missing(), ledger.unexpected()
+    if missing or unexpected or ledger.duplicates:
+        raise AccountingError(
+            f"run did not account for every root: missing {missing[:10]}, unexpected "
+            f"{unexpected[:10]}, {ledger.duplicates} duplicate(s)"
+        )
+    return LocalRun(rows, state, ledger, plan)

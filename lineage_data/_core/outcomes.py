@@ -81,6 +81,19 @@ def from_exception(exc: BaseException, stage: str) -> Status:
     return Status(Outcome.FAILED, describe(exc), stage)
 
 
+def rejected(cause: str, stage: str) -> Status:
+    """The status of a row whose own data the stage cannot take: FAILED with ``cause``.
+
+    Bad input is a root's outcome, not the job's: a value Arrow cannot hold, a column type that
+    conflicts with its siblings or with the stage's established type, a file that cannot be read, a
+    reduce result that is not a dict.
+
+    >>> rejected("TypeConflict: column 'x' has int64 and string", "pages").outcome
+    <Outcome.FAILED: 'FAILED'>
+    """
+    return Status(Outcome.FAILED, cause, stage)
+
+
 def dropped(stage: str) -> Status:
     """The status of a row a filter rejected."""
     return Status(Outcome.DROPPED, None, stage)

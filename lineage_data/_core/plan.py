@@ -66,6 +66,7 @@ class Source:
     id_column: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     roots: tuple[str, ...] | None = None  # root ids, when known before the run (items, files)
+    columns: frozenset[str] | None = None  # user columns of the source rows (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +76,26 @@ class Plan:
     source: Source
     stages: tuple[Stage, ...] = ()
     exclude: frozenset[str] = frozenset()
+    only: frozenset[str] | None = None  # a repair pass: run just these roots
+    max_repair_attempts: int = 2
 
     @property
     def level(self) -> int:
         """The level of the rows at the end of the plan (0 when every expansion is reduced)."""
         return self.stages[-1].level_out if self.stages else 0
+
+    @property
+    def columns(self) -> frozenset[str] | None:
+        """The user columns of the rows at the end of the plan, when known before the run.
+
+        Known for the source (when it says) and kept through filters; a stage that computes rows (map,
+        map_batches, expand, reduce) makes them unknown (None).
+        """
+        columns = self.source.columns
+        for stage in self.stages:
+            if stage.kind is not Kind.FILTER:
+                columns = None
+        return columns
 
     def derived_stages(self) -> tuple[str, ...]:
         """Source-level 1:1 stages: they report nothing; their counts come from the terminal rows."""
@@ -90,10 +106,21 @@ class Plan:
         )
 
     def for_workers(self) -> Plan:
-        """This plan without its source payload and exclusions: what stage workers need (small)."""
+        """This plan without its source payload and root sets: what stage workers need (small)."""
         return replace(
-            self, source=replace(self.source, payload=None, roots=None), exclude=frozenset()
+            self,
+            source=replace(self.source, payload=None, roots=None),
+            exclude=frozenset(),
+            only=None,
         )
+
+    def keeps(self, root: str) -> bool:
+        """True when this plan runs ``root`` (not excluded, and in ``only`` if that is set)."""
+        return root not in self.exclude and (self.only is None or root in self.only)
+
+    def restricted(self, roots: frozenset[str]) -> Plan:
+        """This plan run for ``roots`` only (a repair pass)."""
+        return replace(self, only=roots)
 
     def then(self, stage: Stage) -> Plan:
         """This plan with one more stage, checked now."""
@@ -107,6 +134,13 @@ class Plan:
             )
         if any(s.name == stage.name for s in self.stages):
             raise PlanError(f"stage name {stage.name!r} is used twice; names must be unique")
+        known = self.columns
+        missing = [c for c in stage.carry if known is not None and c not in known]
+        if missing:
+            raise PlanError(
+                f"expand_lineage {stage.name!r}: carry column(s) {missing} are not in the rows it "
+                f"reads (columns: {sorted(known or ())})"
+            )
         _check_options(stage)
         return replace(self, stages=(*self.stages, stage))
 

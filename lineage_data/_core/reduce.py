@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
-from lineage_data._core.errors import FencingError
+from lineage_data._core.errors import ContractError, FencingError, describe
 from lineage_data._core.failures import is_failure
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.plan import Stage
@@ -64,22 +64,25 @@ class GroupBuffer:
     """Partial groups keyed by parent; :meth:`add` returns the groups a piece completes.
 
     A duplicate row (a retried task) is ignored when identical and a :class:`FencingError` otherwise.
+    A completed group is handed out and kept until :meth:`forget` (its parent reached the consumer) or
+    until ``keep_handed`` newer groups were handed out: a retried task that re-sends a piece of it gets
+    the whole group again, so a task that died after the hand-off loses nothing.
     Pure Python: the in-process executor holds one; on Ray, hash-partitioned holder actors hold one each.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_handed: int = 20_000) -> None:
         self._groups: dict[GroupKey, Group] = {}
-
-    @property
-    def pending(self) -> int:
-        """Parents with a partial group held here."""
-        return len(self._groups)
+        self._handed: OrderedDict[GroupKey, Group] = OrderedDict()
+        self._keep_handed = keep_handed
 
     def add(self, rows: Sequence[dict]) -> list[tuple[GroupKey, Group]]:
         """Take member rows of one level; return the groups they complete, in completion order."""
         done: dict[GroupKey, None] = {}
         for row in rows:
             key = group_key(row)
+            if key in self._handed:
+                done[key] = None  # a retried piece of a group already handed out: hand it again
+                continue
             group = self._groups.get(key)
             if group is None:
                 group = self._groups[key] = Group()
@@ -97,7 +100,21 @@ class GroupBuffer:
                 group.children[ordinal] = row
             if group.complete:
                 done[key] = None
-        return [(key, self._groups.pop(key)) for key in done]
+        out = []
+        for key in done:
+            group = self._groups.pop(key, None) or self._handed[key]
+            self._handed[key] = group
+            self._handed.move_to_end(key)
+            out.append((key, group))
+        while len(self._handed) > self._keep_handed:
+            self._handed.popitem(last=False)
+        return out
+
+    def forget(self, roots: Sequence[str]) -> None:
+        """Drop the handed-out groups of roots the consumer has received."""
+        gone = set(roots)
+        for key in [k for k in self._handed if k[0] in gone]:
+            del self._handed[key]
 
     def drain(self) -> list[dict]:
         """Remove and return the rows of every partial group."""
@@ -124,6 +141,7 @@ class ReduceOp:
         self._holders = holders
         self._carry = tuple(carry)
         self._fn: Callable[..., Any] | None = stage.fn
+        self._types = C.EstablishedTypes(coordinator, stage.name)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Process one batch; returns the parents it completed and the rows of outer levels."""
@@ -139,14 +157,19 @@ class ReduceOp:
         if partial:
             done.extend(self._holders.add(partial))
         out = [self._reduce(key, group) for key, group in done]
+        parts = [passthrough] if passthrough.num_rows else []
         if out:
-            counts = Counter(row[C.OUTCOME] for row in out)
+            # A result whose values do not fit (a type that conflicts with the parents reduced before
+            # it, run-wide; a value Arrow cannot hold) fails its parent alone.
+            reduced, failed = self._types.build_rows(out)
+            reduced = C.with_statuses(
+                reduced, {i: outcomes.rejected(c, self._stage.name) for i, c in failed.items()}
+            )
+            counts = Counter(reduced[C.OUTCOME].to_pylist())
             self._coordinator.reduced(
                 self._stage.name, [k[0] for k, _ in done], [k[1] for k, _ in done], dict(counts)
             )
-        parts = [passthrough] if passthrough.num_rows else []
-        if out:
-            parts.append(C.rows_to_table(out))
+            parts.append(reduced)
         return C.concat(parts)
 
     def _reduce(self, key: GroupKey, group: Group) -> dict:
@@ -192,7 +215,10 @@ class ReduceOp:
             return outcomes.from_exception(exc, name), {}
         if is_failure(value):
             return outcomes.from_value(value, name), {}
-        C.check_user_row(value, f"reduce_lineage {name!r}: the result")
+        try:
+            C.check_user_row(value, f"reduce_lineage {name!r}: the result")
+        except ContractError as exc:  # one parent's bad result fails that parent, not the run
+            return outcomes.rejected(describe(exc), name), {}
         return outcomes.PRESENT, dict(value)
 
 

@@ -3,16 +3,21 @@
 It is pure Python. The coordinator actor is a thin shell over one :class:`LineageState`; the in-process
 executor uses it directly. Every method takes a whole batch: callers make one call per batch.
 
-Memory: fencing state is kept per *in-flight parent* and released when the parent is reduced (or, for
-source rows, when the row reaches the end of the plan). The root registry and the per-root terminal
-record grow with the corpus (one small tuple per source row); they are what the run report is made of.
+Memory: fencing state is kept per *in-flight parent* and released when the parent is reduced. The root
+registry (sources that discover their roots while running) grows with the corpus; which roots reached
+the consumer is not kept here but by the driver's :class:`~lineage_data._core.ledger.Ledger`.
+
+Faults: the state may be lost (its actor died) and rebuilt empty. Each incarnation has its own *epoch*,
+part of every generation it hands out: a commit for a unit this incarnation never dispatched is
+accepted when it comes from an earlier epoch (nothing here can contradict it), and stale otherwise.
 """
 
 from __future__ import annotations
 
 import enum
+import random
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lineage_data._core.errors import DuplicateRootError, FencingError
@@ -41,8 +46,12 @@ class Barrier:
 @dataclass(slots=True)
 class _Parent:
     generations: dict[tuple[int, int], int] = field(default_factory=dict)
-    committed: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
+    # unit -> (outcome, cause, generation that committed it)
+    committed: dict[tuple[int, int], tuple[str, str | None, int]] = field(default_factory=dict)
     barrier: Barrier | None = None
+
+
+EPOCH_BITS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,32 +68,6 @@ class CommitResult:
 
     verdicts: list[Verdict]
     suppressed: dict[int, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Terminal:
-    """The one terminal row of a source root."""
-
-    outcome: str
-    cause: str | None
-    stage: str | None
-    committed_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Accounting:
-    """End-of-run check: roots with no terminal row, and roots with more than one."""
-
-    expected: int
-    terminal: int
-    missing: tuple[str, ...]
-    duplicated: tuple[str, ...]
-    unknown: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        """True when every expected root has exactly one terminal row and no other root appeared."""
-        return not (self.missing or self.duplicated or self.unknown)
 
 
 def _split(root: str, path: Path) -> tuple[ParentId, int]:
@@ -105,36 +88,46 @@ class LineageState:
         {0: 'bad'}
     """
 
-    def __init__(
-        self, started_at: float = 0.0, *, stages: Sequence[str] = (), derived: Sequence[str] = ()
-    ) -> None:
-        self._started_at = started_at
-        self._order = {name: i for i, name in enumerate(stages)}
-        self._derived = tuple(derived)
-        self._generation = 0
+    def __init__(self) -> None:
+        self.epoch = random.getrandbits(30) + 1
+        self._generation = self.epoch << EPOCH_BITS
         self._parents: dict[ParentId, _Parent] = {}
-        self._roots: set[str] = set()
-        self._excluded: set[str] = set()
-        self._terminal: dict[str, Terminal] = {}
-        self._duplicated: set[str] = set()
-        self._unknown: set[str] = set()
+        self._roots: dict[str, str] = {}  # root -> key of the source block that registered it
+        self._blocks: set[str] = set()
+        self._root_log: list[str] = []
         self._counts: dict[str, Counter[str]] = defaultdict(Counter)
+        self._types: dict[str, dict[str, str]] = {}  # stage -> column -> first type seen
         self._reports = 0
 
     # -- source ---------------------------------------------------------------------------------
-    def register_roots(self, roots: Iterable[str]) -> None:
-        """Record source roots; a root seen twice is a :class:`DuplicateRootError`."""
+    def register_roots(self, roots: Sequence[str], block: str | None = None) -> None:
+        """Record the roots of one source block; a root seen in another block is a duplicate.
+
+        ``block`` names the source block (e.g. a digest of its ids): registering the same block again
+        (a retried source task) changes nothing. Without it, every call is a block of its own.
+
+        Raises:
+            DuplicateRootError: a root was already registered by another block.
+        """
         self._reports += 1
+        key = block if block is not None else f"#{self._reports}"
+        if key in self._blocks:
+            return
         for root in roots:
-            if root in self._roots:
+            owner = self._roots.get(root)
+            if owner is not None and owner != key:
                 raise DuplicateRootError(
                     f"duplicate lineage root id {root!r}: source ids must be unique"
                 )
-            self._roots.add(root)
+        self._blocks.add(key)
+        for root in roots:
+            if root not in self._roots:
+                self._roots[root] = key
+                self._root_log.append(root)
 
-    def exclude_roots(self, roots: Iterable[str]) -> None:
-        """Roots the run skips on purpose (already committed by an earlier run)."""
-        self._excluded.update(roots)
+    def roots_since(self, cursor: int) -> tuple[list[str], int]:
+        """Roots registered after the first ``cursor`` ones, and the new cursor (for the driver)."""
+        return self._root_log[cursor:], len(self._root_log)
 
     # -- per-row stages -------------------------------------------------------------------------
     def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:
@@ -204,7 +197,7 @@ class LineageState:
                 suppressed[i] = barrier.cause
                 outcome = "SUPPRESSED"
             cause = barrier.cause if i in suppressed and barrier is not None else causes[i]
-            self._settle(parent, (stage_index, ordinal), (outcome, cause))
+            self._settle(parent, (stage_index, ordinal), (outcome, cause, generation))
             tally[outcome] += 1
         if stage:
             self._counts[stage].update(tally)
@@ -212,16 +205,32 @@ class LineageState:
 
     def _fence(self, stage_index: int, generation: int, pid: ParentId, ordinal: int) -> Verdict:
         parent = self._parents.get(pid)
-        if parent is None or parent.generations.get((stage_index, ordinal)) != generation:
+        current = parent.generations.get((stage_index, ordinal)) if parent is not None else None
+        if current is None:
+            if generation >> EPOCH_BITS == self.epoch:
+                return Verdict.STALE  # released, or never dispatched by this incarnation
+            # Dispatched by an earlier incarnation of this state (lost with its actor): accept.
+            if parent is None:
+                parent = self._parents[pid] = _Parent()
+            parent.generations[(stage_index, ordinal)] = generation
+            return Verdict.ACCEPTED
+        if current != generation:
             return Verdict.STALE
-        return Verdict.REPLAY if (stage_index, ordinal) in parent.committed else Verdict.ACCEPTED
+        assert parent is not None
+        fact = parent.committed.get((stage_index, ordinal))
+        return Verdict.REPLAY if fact is not None and fact[2] == generation else Verdict.ACCEPTED
 
     @staticmethod
-    def _settle(parent: _Parent, unit: tuple[int, int], fact: tuple[str, str | None]) -> None:
+    def _settle(parent: _Parent, unit: tuple[int, int], fact: tuple[str, str | None, int]) -> None:
+        """Record a unit's fact; a newer dispatch (a retried task) supersedes an older one's.
+
+        The same dispatch reporting two different facts is a :class:`FencingError`.
+        """
         previous = parent.committed.get(unit)
-        if previous is not None and previous != fact:
+        if previous is not None and previous[2] == fact[2] and previous[:2] != fact[:2]:
             raise FencingError(
-                f"conflicting replay for stage #{unit[0]}, ordinal {unit[1]}: {previous} then {fact}"
+                f"conflicting replay for stage #{unit[0]}, ordinal {unit[1]}: "
+                f"{previous[:2]} then {fact[:2]}"
             )
         parent.committed[unit] = fact
 
@@ -244,76 +253,47 @@ class LineageState:
         self._reports += 1
         self._counts[stage].update(counts)
 
-    def record_terminal(
-        self,
-        roots: Sequence[str],
-        outcomes: Sequence[str],
-        causes: Sequence[str | None],
-        stages: Sequence[str | None],
-        now: float,
-    ) -> None:
-        """Source rows that reached the end of the plan at time ``now`` (one call per output batch)."""
-        committed_s = now - self._started_at
-        self._reports += 1
-        for root, outcome, cause, stage in zip(roots, outcomes, causes, stages, strict=True):
-            self._parents.pop((root, None), None)
-            if root in self._terminal:
-                self._duplicated.add(root)
-                continue
-            if self._roots and root not in self._roots:
-                self._unknown.add(root)
-            self._terminal[root] = Terminal(outcome, cause, stage, committed_s)
-
-    def progress(self) -> dict[str, int]:
-        """Parents committed, failed (any other terminal outcome) and expected so far."""
-        committed = sum(1 for t in self._terminal.values() if t.outcome == "PRESENT")
-        return {
-            "committed": committed,
-            "failed": len(self._terminal) - committed,
-            "total": len(self._roots - self._excluded),
-            "in_flight_parents": len(self._parents),
-            "reports": self._reports,
-        }
-
-    def accounting(self) -> Accounting:
-        """Compare terminal rows with registered roots."""
-        expected = self._roots - self._excluded
-        missing = sorted(expected - self._terminal.keys())
-        return Accounting(
-            expected=len(expected),
-            terminal=len(self._terminal),
-            missing=tuple(missing),
-            duplicated=tuple(sorted(self._duplicated)),
-            unknown=tuple(sorted(self._unknown)),
-        )
-
-    def _derived_counts(self) -> dict[str, dict[str, int]]:
-        """Counts of source-level 1:1 stages, from the terminal rows (those stages report nothing).
-
-        A root that ended PRESENT, or failed at a later stage, passed a stage PRESENT; at the stage
-        that decided it, it was FAILED or DROPPED; after it, SUPPRESSED or DROPPED.
-        """
-        counts: dict[str, Counter[str]] = {name: Counter() for name in self._derived}
-        for t in self._terminal.values():
-            decided = self._order.get(t.stage, -1) if t.stage is not None else None
-            for name in self._derived:
-                here = self._order[name]
-                if decided is None or here < decided or t.outcome == "PRESENT":
-                    counts[name]["PRESENT"] += 1
-                elif here == decided:
-                    counts[name]["DROPPED" if t.outcome == "DROPPED" else "FAILED"] += 1
-                else:
-                    counts[name]["DROPPED" if t.outcome == "DROPPED" else "SUPPRESSED"] += 1
-        return {name: dict(c) for name, c in counts.items()}
-
     def snapshot(self) -> dict:
-        """Everything the run report needs, as plain data."""
+        """Per-stage counts, calls served, parents in flight and the epoch, as plain data."""
         return {
-            "counts": {stage: dict(c) for stage, c in self._counts.items()}
-            | self._derived_counts(),
-            "terminal": {
-                root: (t.outcome, t.cause, t.stage, t.committed_s)
-                for root, t in self._terminal.items()
-            },
-            "progress": self.progress(),
+            "counts": {stage: dict(c) for stage, c in self._counts.items()},
+            "reports": self._reports,
+            "in_flight_parents": len(self._parents),
+            "epoch": self.epoch,
         }
+
+    # -- column types -----------------------------------------------------------------------------
+    def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
+        """First writer wins: the type of each column of ``types`` established for ``stage``.
+
+        A column not seen before takes the type given here; one seen before keeps its first type. Types
+        are opaque strings (see :func:`lineage_data._core.columns.type_token`); operators call this
+        only for columns they have not cached yet, so a run makes a few calls per stage, not per batch.
+        """
+        self._reports += 1
+        known = self._types.setdefault(stage, {})
+        return {name: known.setdefault(name, token) for name, token in types.items()}
+
+
+def derived_counts(
+    stages: Sequence[str], derived: Sequence[str], terminal: Mapping[str, Sequence]
+) -> dict[str, dict[str, int]]:
+    """Counts of source-level 1:1 stages (``derived``), which report nothing, from the terminal rows.
+
+    ``terminal`` maps each root to ``(outcome, cause, stage, ...)`` as the consumer received it. A root
+    that ended PRESENT, or failed at a later stage, passed a stage PRESENT; at the stage that decided
+    it, it was FAILED or DROPPED; after it, SUPPRESSED or DROPPED.
+    """
+    order = {name: i for i, name in enumerate(stages)}
+    counts: dict[str, Counter[str]] = {name: Counter() for name in derived}
+    for outcome, _, stage, *_ in terminal.values():
+        decided = order.get(stage, -1) if stage is not None else None
+        for name in derived:
+            here = order[name]
+            if decided is None or here < decided or outcome == "PRESENT":
+                counts[name]["PRESENT"] += 1
+            elif here == decided:
+                counts[name]["DROPPED" if outcome == "DROPPED" else "FAILED"] += 1
+            else:
+                counts[name]["DROPPED" if outcome == "DROPPED" else "SUPPRESSED"] += 1
+    return {name: dict(c) for name, c in counts.items()}

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.errors import ContractError, UserCodeError, describe
 from lineage_data._core.failures import GroupFailure, is_failure
@@ -85,26 +86,29 @@ def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
     if columns is not None:
         for values in columns.values():
             for i, value in enumerate(values):
-                if is_failure(value):
-                    if statuses[i].present:
-                        statuses[i] = outcomes.from_value(value, stage)
-                        group[i] = isinstance(value, GroupFailure)
-                    values[i] = None
-        table = _table(columns, rows)
+                if is_failure(value) and statuses[i].present:
+                    statuses[i] = outcomes.from_value(value, stage)
+                    group[i] = isinstance(value, GroupFailure)
+        table = _table(columns, rows, statuses, stage)
     assert table is not None
     return BatchResult(table, statuses, group)
 
 
-def _table(columns: dict[str, list], rows: int) -> pa.Table:
-    if not columns:
-        return pa.table({"__empty__": pa.nulls(rows)}).drop(["__empty__"])
-    arrays = {}
-    for name, values in columns.items():
-        try:
-            arrays[name] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise ContractError(f"output column {name!r} cannot be stored as Arrow: {exc}") from exc
-    return pa.table(arrays)
+def _table(columns: dict[str, list], rows: int, statuses: list[Status], stage: str) -> pa.Table:
+    """Output values as Arrow; a row whose value cannot be stored is FAILED alone (``statuses``).
+
+    Rows that are not PRESENT keep no values (so a failed row's other values decide no column type).
+    """
+    dead = [i for i, status in enumerate(statuses) if not status.present]
+    if dead:
+        columns = {name: list(values) for name, values in columns.items()}
+        for values in columns.values():
+            for i in dead:
+                values[i] = None
+    table, failed = C.build_columns(columns, rows)
+    for i, cause in failed.items():
+        statuses[i] = outcomes.rejected(cause, stage)
+    return table
 
 
 def failed_rows(n: int, status: Status) -> BatchResult:
@@ -168,7 +172,7 @@ class BatchCaller:
         half = table.num_rows // 2
         left = self._attempt(table.slice(0, half), 0)
         right = self._attempt(table.slice(half), 0)
-        return merge(left, right)
+        return merge(left, right, self._stage)
 
 
 def _filled(result: BatchResult, schema: pa.Schema) -> pa.Table:
@@ -178,11 +182,21 @@ def _filled(result: BatchResult, schema: pa.Schema) -> pa.Table:
     return pa.table({f.name: pa.nulls(n, f.type) for f in schema}, schema=schema)
 
 
-def merge(left: BatchResult, right: BatchResult) -> BatchResult:
-    """Concatenate two results in row order (a side with no values gets nulls)."""
+def merge(left: BatchResult, right: BatchResult, stage: str) -> BatchResult:
+    """Concatenate two results in row order (a side with no values gets nulls).
+
+    Halves whose column types do not unify are rebuilt row by row: the rows that do not fit fail.
+    """
     tables = [_filled(left, right.table.schema), _filled(right, left.table.schema)]
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return BatchResult(table, left.statuses + right.statuses, left.group + right.group)
+    statuses = left.statuses + right.statuses
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowException, TypeError, ValueError):
+        rows = tables[0].to_pylist() + tables[1].to_pylist()
+        names = dict.fromkeys(name for t in tables for name in t.column_names)
+        columns = {name: [row.get(name) for row in rows] for name in names}
+        table = _table(columns, len(rows), statuses, stage)
+    return BatchResult(table, statuses, left.group + right.group)
 
 
 class RowCaller:
@@ -222,7 +236,7 @@ class RowCaller:
             if value:
                 names.update(dict.fromkeys(value))
         columns = {name: [v.get(name) if v else None for v in values] for name in names}
-        return BatchResult(_table(columns, len(rows)), statuses, group)
+        return BatchResult(_table(columns, len(rows), statuses, self._stage), statuses, group)
 
     def _one(self, row: dict) -> tuple[dict | None, Status, bool]:
         try:
@@ -242,7 +256,10 @@ class RowCaller:
                 else (None, outcomes.dropped(self._stage), False)
             )
         if not isinstance(value, Mapping):
-            raise ContractError(
-                f"stage {self._stage!r}: map fn must return a dict per row, got {type(value).__name__}"
-            )
+            cause = f"stage {self._stage!r}: map fn must return a dict per row, got {type(value).__name__}"
+            return None, outcomes.rejected(describe(ContractError(cause)), self._stage), False
+        failure = next((v for v in value.values() if is_failure(v)), None)
+        if failure is not None:  # a failure value in place of a column's value fails the row
+            is_group = isinstance(failure, GroupFailure)
+            return None, outcomes.from_value(failure, self._stage), is_group
         return dict(value), outcomes.PRESENT, False

@@ -1,62 +1,68 @@
 """The coordinator: one async actor on the driver node, a thin shell over :class:`LineageState`.
 
 Workers talk to it once per batch through :class:`CoordinatorClient`; payloads never pass through it.
+It is a :mod:`helper <lineage_data._ray.actors>`: restarted or re-created when it dies, with an empty
+state of a new epoch (see :mod:`lineage_data._core.state`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from lineage_data._core.state import Accounting, CommitResult, Handoff, LineageState, Path
+from lineage_data._core.state import CommitResult, Handoff, LineageState, Path
+from lineage_data._ray.actors import Helper, start_helper
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+@ray.remote(num_cpus=0)
 class CoordinatorActor:
     """Holds one execution's lineage state. Methods run one at a time on the actor's event loop."""
 
-    def __init__(self, started_at: float, stages: list[str], derived: list[str]) -> None:
-        self._state = LineageState(started_at, stages=stages, derived=derived)
+    def __init__(self) -> None:
+        self._state = LineageState()
+
+    async def ping(self) -> int:
+        """Liveness check; returns the state's epoch."""
+        return self._state.epoch
 
     async def call(self, method: str, args: tuple, kwargs: dict) -> Any:
         """Apply one state method; exceptions travel back to the caller."""
         return getattr(self._state, method)(*args, **kwargs)
 
 
-def start_coordinator(
-    started_at: float, stages: Sequence[str] = (), derived: Sequence[str] = ()
-) -> Any:
-    """Start a coordinator pinned to this (the driver's) node."""
-    node_id = ray.get_runtime_context().get_node_id()
-    return CoordinatorActor.options(  # type: ignore[attr-defined]
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(started_at, list(stages), list(derived))
+def start_coordinator(run_id: str) -> tuple[CoordinatorClient, Any]:
+    """Start the coordinator of one run on this (the driver's) node; returns (client, re-create)."""
+    helper, create = start_helper(
+        CoordinatorActor, "coordinator", run_id=run_id, suffix="coordinator"
+    )
+    return CoordinatorClient(helper), create
 
 
 class CoordinatorClient:
     """The coordinator as operators see it: the :class:`LineageState` methods, one round trip each.
 
-    Picklable: it travels to every worker inside the stage wrappers.
+    Picklable: it travels to every worker inside the stage wrappers. ``stage`` names the caller's stage
+    in the error raised when the coordinator cannot be reached.
     """
 
-    def __init__(self, actor: Any) -> None:
-        self._actor = actor
+    def __init__(self, helper: Helper, stage: str | None = None) -> None:
+        self.helper = helper
+        self._stage = stage
+
+    def for_stage(self, stage: str) -> CoordinatorClient:
+        """The same client, naming ``stage`` in its errors."""
+        return CoordinatorClient(self.helper, stage)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray.get(self._actor.call.remote(method, args, kwargs))
+        return self.helper.call("call", method, args, kwargs, stage=self._stage)
 
-    def register_roots(self, roots: Sequence[str], *, wait: bool = True) -> None:  # noqa: D102
-        if wait:
-            self._call("register_roots", list(roots))
-        else:  # from the driver, before the run starts: ordered before every later call
-            self._actor.call.remote("register_roots", (list(roots),), {})
+    def register_roots(self, roots: Sequence[str], block: str | None = None) -> None:  # noqa: D102
+        self._call("register_roots", list(roots), block)
 
-    def exclude_roots(self, roots: Sequence[str]) -> None:  # noqa: D102 - from the driver, no wait
-        self._actor.call.remote("exclude_roots", (list(roots),), {})
+    def roots_since(self, cursor: int) -> tuple[list[str], int]:  # noqa: D102
+        return self._call("roots_since", cursor)
 
     def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:  # noqa: D102
         return self._call("handoff", stage_index, roots, paths)
@@ -70,30 +76,8 @@ class CoordinatorClient:
     def reduced(self, *args: Any) -> None:  # noqa: D102
         self._call("reduced", *args)
 
-    def record_terminal(self, *args: Any) -> None:
-        """Terminal rows, sent without waiting (the one call on the path of every output block).
-
-        The driver waits for them with :meth:`settle` before it checks the run.
-        """
-        self._actor.call.remote("record_terminal", args, {})
-
-    def settle(self, *, quiet_s: float = 2.0, poll_s: float = 0.05) -> dict[str, int]:
-        """Wait until every expected root has its terminal record, or none arrived for ``quiet_s``."""
-        last, since = -1, time.monotonic()
-        while True:
-            progress = self.progress()
-            done = progress["committed"] + progress["failed"]
-            if done >= progress["total"] or time.monotonic() - since > quiet_s:
-                return progress
-            if done != last:
-                last, since = done, time.monotonic()
-            time.sleep(poll_s)
-
-    def progress(self) -> dict[str, int]:  # noqa: D102
-        return self._call("progress")
-
-    def accounting(self) -> Accounting:  # noqa: D102
-        return self._call("accounting")
+    def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:  # noqa: D102
+        return self._call("establish_types", stage, types)
 
     def snapshot(self) -> dict:  # noqa: D102
         return self._call("snapshot")

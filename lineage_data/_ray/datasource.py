@@ -11,7 +11,10 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from lineage_data._core import columns as C
+from lineage_data._core import outcomes
 from lineage_data._core.errors import LineageError
+from lineage_data._core.outcomes import Status
 from lineage_data._core.source import with_lineage
 
 
@@ -51,13 +54,37 @@ def list_files(
     return fs, sorted(files.items())
 
 
+STAGE = "read_files"  # the stage named in the cause of a file that cannot be read
+FILE_COLUMNS = ("path", "size", "bytes")  # the user columns of every row read_files gives
+
+
 def _read(fs: Any, files: list[tuple[str, int]]) -> Iterable[pa.Table]:
+    """One row per file; a file that vanished or cannot be read fails its root alone (no bytes)."""
     uris = [uri for uri, _ in files]
-    data = [fs.cat_file(fs._strip_protocol(uri)) for uri in uris]
+    data: list[bytes | None] = []
+    failed: dict[int, Status] = {}
+    for i, uri in enumerate(uris):
+        try:
+            data.append(fs.cat_file(fs._strip_protocol(uri)))
+        except Exception as exc:  # noqa: BLE001 - one file's fault is that root's outcome
+            data.append(None)
+            failed[i] = outcomes.rejected(_unreadable(uri, exc), STAGE)
     table = pa.table(
-        {"path": uris, "size": [len(b) for b in data], "bytes": pa.array(data, pa.large_binary())}
+        {
+            "path": uris,
+            "size": pa.array([None if b is None else len(b) for b in data], pa.int64()),
+            "bytes": pa.array(data, pa.large_binary()),
+        }
     )
-    yield with_lineage(table, uris)
+    yield C.with_statuses(with_lineage(table, uris), failed)
+
+
+def _unreadable(uri: str, exc: BaseException) -> str:
+    """``"FileNotFoundError: s3://b/x.pdf"``; other errors keep their message after the path."""
+    name = type(exc).__name__
+    if isinstance(exc, FileNotFoundError) or not str(exc):
+        return f"{name}: {uri}"
+    return f"{name}: {uri}: {exc}"
 
 
 class FileDatasource(Datasource):

@@ -1,7 +1,13 @@
-"""One execution of a plan: a fresh coordinator, the lowered dataset, progress, and the final check."""
+"""One execution of a plan: passes over the lowered dataset, the consumer's ledger, repair, progress.
+
+A run is a first pass over the whole plan and, if roots did not reach the consumer (a fault lost them),
+up to ``max_repair_attempts`` repair passes restricted to those roots; each pass has its own coordinator
+and group holders. Roots still missing then end as FAILED rows with a ``LostError`` cause.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -11,13 +17,22 @@ from typing import Any
 
 import pyarrow as pa
 import ray
+import ray.exceptions
 
-from lineage_data._core.errors import AccountingError
+from lineage_data._core import columns as C
+from lineage_data._core.errors import AccountingError, ExecutionError, LineageError
+from lineage_data._core.ledger import Ledger
 from lineage_data._core.plan import Kind, Plan
-from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
+from lineage_data._core.source import root_ids
+from lineage_data._core.state import derived_counts
+from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
+from lineage_data._ray.coordinator import start_coordinator
 from lineage_data._ray.holders import HolderSet
 from lineage_data._ray.lower import lower
+from lineage_data._ray.sinks import AccountedSink, accounted
 from lineage_data.report import RunReport
+
+logger = logging.getLogger("lineage_data")
 
 
 def ensure_ray(address: str | None = None, **init_kwargs: Any) -> None:
@@ -37,19 +52,16 @@ def _progress_enabled() -> bool:
 
 
 class _Progress(threading.Thread):
-    """Polls the coordinator twice a second and draws one line: parents committed / failed / total."""
+    """Redraws one line twice a second: parents committed / failed / total."""
 
-    def __init__(self, client: CoordinatorClient) -> None:
+    def __init__(self, progress: Callable[[], dict[str, int]]) -> None:
         super().__init__(daemon=True, name="lineage-progress")
-        self._client = client
+        self._progress = progress
         self._stop = threading.Event()
 
     def run(self) -> None:
         while not self._stop.wait(0.5):
-            try:
-                self.draw(self._client.progress())
-            except Exception:  # noqa: BLE001 - the coordinator is gone: the run is ending
-                return
+            self.draw(self._progress())
 
     @staticmethod
     def draw(p: dict[str, int], end: str = "") -> None:
@@ -65,91 +77,265 @@ class _Progress(threading.Thread):
         self._stop.set()
 
 
+class _Pass:
+    """One lowering of a plan: its coordinator, its group holders and the lazy Ray Dataset."""
+
+    def __init__(self, plan: Plan, supervisor: Supervisor) -> None:
+        run_id = new_run_id()
+        self.client, create = start_coordinator(run_id)
+        self.helpers: list[Helper] = [self.client.helper]
+        supervisor.watch(self.client.helper, create)
+        self.holders: dict[int, HolderSet] = {}
+        for i, stage in enumerate(plan.stages):
+            if stage.kind is Kind.REDUCE:
+                holders, started = HolderSet.start(run_id, stage.name)
+                self.holders[i] = holders
+                for helper, recreate in started:
+                    supervisor.watch(helper, recreate)
+                    self.helpers.append(helper)
+        self._supervisor = supervisor
+        self.dataset = lower(plan, self.client, self.holders)
+        self.registered = 0  # cursor into the coordinator's root registry
+        self.counts: dict[str, dict[str, int]] = {}
+        self.calls = 0
+
+    def forget(self, roots: list[str]) -> None:
+        for holders in self.holders.values():
+            holders.forget(roots)
+
+    def finish(self) -> None:
+        """Keep the pass's counts (the coordinator is asked once, at the end)."""
+        snapshot = self.client.snapshot()
+        self.counts, self.calls = snapshot["counts"], snapshot["reports"]
+
+    def close(self) -> None:
+        self._supervisor.unwatch(self.helpers)
+        kill_all(self.helpers)
+
+
 class Execution:
-    """Runs a plan once. Create one per consumer call: each has its own coordinator."""
+    """Runs a plan once, in passes. Create one per consumer call: each has its own helpers."""
 
     def __init__(self, plan: Plan, *, on_report: Callable[[RunReport], None] | None = None) -> None:
         ensure_ray()
         self._plan = plan
         self._on_report = on_report
         self._started = time.time()
-        self._actor = start_coordinator(
-            self._started, [s.name for s in plan.stages], plan.derived_stages()
-        )
-        self._client = CoordinatorClient(self._actor)
-        self._holders = {
-            i: HolderSet.start() for i, stage in enumerate(plan.stages) if stage.kind is Kind.REDUCE
-        }
-        self.dataset = lower(plan, self._client, self._holders)
-        self._progress = _Progress(self._client) if _progress_enabled() else None
+        self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
+        self._from_ray = plan.source.kind == "ray"
+        self._supervisor = Supervisor()
+        self._supervisor.chore(self._chores)
+        self._supervisor.start()
+        self._pass = _Pass(plan, self._supervisor)
+        self._passes: list[_Pass] = []
+        self._forgotten = 0
+        self._lock = threading.Lock()
+        self._repaired: set[str] = set()
+        self._lost = 0
+        self.dataset = self._pass.dataset
+        self._progress = _Progress(self._progress_now) if _progress_enabled() else None
+
+    # -- driver-side chores (supervisor thread) ----------------------------------------------------
+    def _chores(self) -> None:
+        current = self._pass
+        with self._lock:
+            done = self._ledger.completed[self._forgotten :]
+            self._forgotten += len(done)
+        if done:
+            current.forget(done)
+        if self._from_ray:
+            self._mirror_registry(current)
+
+    def _mirror_registry(self, current: _Pass) -> None:
+        roots, cursor = current.client.roots_since(current.registered)
+        current.registered = cursor
+        if roots:
+            new = [r for r in roots if self._plan.keeps(r)]
+            with self._lock:
+                self._ledger.expect(new)
+
+    def _progress_now(self) -> dict[str, int]:
+        with self._lock:
+            return self._ledger.progress()
+
+    # -- consumers ----------------------------------------------------------------------------------
+    def iter_batches(self, *, batch_size: int | None, batch_format: str) -> Iterator[Any]:
+        """Stream the output (copies dropped); repair lost roots; check the run when it ends."""
+        self._begin()
+        try:
+            for current in self._run_passes():
+                for batch in current.dataset.iter_batches(
+                    batch_size=batch_size, batch_format="pyarrow"
+                ):
+                    assert isinstance(batch, pa.Table)
+                    with self._lock:
+                        out = self._ledger.take(batch)
+                    if out.num_rows:
+                        yield _convert(out, batch_format)
+            lost = self._lose()
+            if lost is not None:
+                yield _convert(lost, batch_format)
+        except BaseException as exc:
+            self._close()
+            if _is_ray_error(exc):
+                raise self._translate(exc) from exc
+            raise
+        self.finish()
+
+    def write(self, action: Callable[[Any], Any], *, prepare: Callable[[Any], Any] | None = None) -> None:
+        """Run a Ray Data write (``action(ds)``) per pass; account the write results; check the run.
+
+        ``prepare`` reshapes the dataset before the write (e.g. a streaming split into blocks).
+        """
+        self._begin()
+        level = self._plan.level
+        try:
+            for current in self._run_passes():
+                ds = prepare(current.dataset) if prepare else current.dataset
+                action(accounted(ds, level, self._account))
+            lost = self._lose()
+            if lost is not None:
+                ds = ray.data.from_arrow(lost)
+                action(accounted(prepare(ds) if prepare else ds, level, self._account))
+        except BaseException as exc:
+            self._close()
+            if _is_ray_error(exc):
+                raise self._translate(exc) from exc
+            raise
+        self.finish()
+
+    def _account(self, sink: AccountedSink) -> None:
+        for lineage, at in sink.written:
+            with self._lock:
+                self._ledger.take(lineage, at)
+
+    def materialize(self) -> Any:
+        """Run the plan and keep its (accounted) output in the Ray object store."""
+        tables = list(self.iter_batches(batch_size=None, batch_format="pyarrow"))
+        return ray.data.from_arrow(tables or [C.empty()])
+
+    # -- passes -------------------------------------------------------------------------------------
+    def _run_passes(self) -> Iterator[_Pass]:
+        """The first pass, then repair passes while roots are missing and attempts are left."""
+        attempt = 0
+        while True:
+            current = self._pass
+            yield current
+            if self._from_ray:
+                self._mirror_registry(current)
+            current.finish()
+            self._passes.append(current)
+            current.close()
+            missing = self._missing()
+            if not missing or attempt >= self._plan.max_repair_attempts:
+                return
+            attempt += 1
+            self._repaired.update(missing)
+            logger.warning(
+                "lineage: %d root(s) did not reach the consumer (worker, actor or node loss); "
+                "repair pass %d of at most %d", len(missing), attempt,
+                self._plan.max_repair_attempts,
+            )
+            self._pass = _Pass(self._plan.restricted(frozenset(missing)), self._supervisor)
+
+    def _missing(self) -> list[str]:
+        with self._lock:
+            return self._ledger.missing()
+
+    def _lose(self) -> pa.Table | None:
+        """FAILED ``LostError`` rows for roots still missing after every repair pass (or None)."""
+        missing = self._missing()
+        if not missing:
+            return None
+        self._lost = len(missing)
+        logger.error("lineage: %d root(s) lost after %d repair pass(es): %s", len(missing),
+                     self._plan.max_repair_attempts, missing[:10])
+        with self._lock:
+            return self._ledger.lost(missing, self._plan.max_repair_attempts)
 
     def _begin(self) -> None:
         if self._progress is not None:
             self._progress.start()
 
-    def iter_batches(self, *, batch_size: int | None, batch_format: str) -> Iterator[Any]:
-        """Stream the output; check the run when the stream ends."""
-        self._begin()
-        try:
-            for batch in self.dataset.iter_batches(batch_size=batch_size, batch_format="pyarrow"):
-                assert isinstance(batch, pa.Table)
-                if batch.num_rows:
-                    yield _convert(batch, batch_format)
-        except BaseException:
-            self._close()
-            raise
-        self.finish()
-
-    def write(self, action: Callable[[Any], Any]) -> None:
-        """Run a Ray Data write over the lowered dataset; check the run afterwards."""
-        self._begin()
-        try:
-            action(self.dataset)
-        except BaseException:
-            self._close()
-            raise
-        self.finish()
-
-    def materialize(self) -> Any:
-        """Materialize the lowered dataset; check the run afterwards."""
-        self._begin()
-        try:
-            result = self.dataset.materialize()
-        except BaseException:
-            self._close()
-            raise
-        self.finish()
-        return result
+    def _translate(self, exc: BaseException) -> BaseException:
+        """A Ray failure outside user code as an :class:`ExecutionError` naming the stage."""
+        text = str(exc)
+        stage = next(
+            (s.name for s in reversed(self._plan.stages) if f"({s.name})" in text or
+             f"_{s.name}" in text), None,
+        )
+        where = f"stage {stage!r}" if stage else "the lineage run"
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        return ExecutionError(f"{where} failed outside user code: {type(exc).__name__}: {first}")
 
     def finish(self) -> RunReport:
-        """Build the report, stop the coordinator, raise if a root is missing or duplicated."""
-        try:
-            self._client.settle()
-            accounting = self._client.accounting()
-            snapshot = self._client.snapshot()
-        finally:
-            self._close()
+        """Build the report, stop the helpers, raise if a root is unaccounted for."""
+        self._close()
+        terminal = self._ledger.terminal()
+        counts: dict[str, dict[str, int]] = {}
+        for p in self._passes:
+            for stage, c in p.counts.items():
+                merged = counts.setdefault(stage, {})
+                for key, value in c.items():
+                    merged[key] = merged.get(key, 0) + value
+        names = [s.name for s in self._plan.stages]
+        counts.update(derived_counts(names, self._plan.derived_stages(), terminal))
         kinds = {s.name: s.kind.value for s in self._plan.stages}
-        report = RunReport.from_snapshot(snapshot, kinds, time.time() - self._started)
+        repaired = sum(1 for r in self._repaired if self._ledger.delivered(r)) - self._lost
+        report = RunReport.from_snapshot(
+            {"counts": counts, "terminal": terminal,
+             "progress": {"reports": sum(p.calls for p in self._passes)}},
+            kinds,
+            time.time() - self._started,
+            extra={
+                "passes": len(self._passes),
+                "repaired_roots": max(0, repaired),
+                "lost_roots": self._lost,
+                "duplicates_dropped": self._ledger.duplicates,
+                "helpers_recreated": self._supervisor.recreated,
+            },
+        )
         if self._on_report is not None:
             self._on_report(report)
         if self._progress is not None:
-            _Progress.draw(snapshot["progress"], end="\n")
-        if not accounting.ok:
+            _Progress.draw(self._progress_now(), end="\n")
+        unexpected = self._ledger.unexpected()
+        if unexpected:
             raise AccountingError(
-                "lineage accounting failed: "
-                f"{len(accounting.missing)} root(s) with no terminal row {list(accounting.missing[:10])}, "
-                f"{len(accounting.duplicated)} with more than one {list(accounting.duplicated[:10])}, "
-                f"{len(accounting.unknown)} unknown {list(accounting.unknown[:10])}"
+                f"lineage accounting failed: {len(unexpected)} root(s) delivered that no source "
+                f"announced {unexpected[:10]}"
             )
         return report
 
     def _close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
-        ray.kill(self._actor, no_restart=True)
-        for holders in self._holders.values():
-            holders.stop()
+        self._supervisor.stop()
+        for p in [self._pass, *self._passes]:
+            p.close()
+
+
+def _known_roots(plan: Plan) -> list[str]:
+    """The roots a plan's source names before it runs (none for a Ray Dataset source)."""
+    src = plan.source
+    if src.kind == "items":
+        roots = src.roots or root_ids(src.payload, src.id_column)
+    elif src.kind == "files":
+        roots = [uri for uri, _ in src.payload[1]]
+    else:
+        return []
+    return [r for r in roots if plan.keeps(r)]
+
+
+def _is_ray_error(exc: BaseException) -> bool:
+    """True for a failure of Ray itself (not a user exception, not one of ours)."""
+    if isinstance(exc, LineageError) or not isinstance(exc, Exception):
+        return False
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        # A task failed: with raise_original_map_exception the user's own error arrives unwrapped, so
+        # a RayTaskError here wraps a system failure (an actor that died, an unpicklable error).
+        return True
+    return isinstance(exc, ray.exceptions.RayError) or type(exc).__module__.startswith("ray.")
 
 
 def _convert(batch: pa.Table, batch_format: str) -> Any:

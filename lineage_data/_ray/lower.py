@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,16 +41,17 @@ class _Step:
     terminal: bool = False
 
     def build(self) -> Callable[[pa.Table], Any]:
+        stage = self.plan.stages[self.index]
         op = build_op(
             self.plan,
             self.index,
-            self.client,
+            self.client.for_stage(stage.name),
             rows_per_block=self.rows_per_block,
             holders=self.holders,
         )
         if not self.terminal:
             return op
-        end = TerminalOp(self.plan.level, self.client)
+        end = TerminalOp(self.plan.level)
         if self.plan.stages[self.index].kind is Kind.EXPAND:
             return lambda batch: (end(block) for block in op(batch))
         return lambda batch: end(op(batch))
@@ -71,24 +74,42 @@ def _actor_class(step: _Step, generator: bool) -> type:
             def __call__(self, batch: pa.Table) -> Any:
                 return self._run(batch)
 
-    kind = step.plan.stages[step.index].kind.value
-    StageActor.__name__ = StageActor.__qualname__ = f"Lineage_{kind}_{step.index}"
+    StageActor.__name__ = StageActor.__qualname__ = step.plan.stages[step.index].name
     return StageActor
 
 
+# Operators of task-based steps, built once per worker process and pass (a task worker runs one task
+# at a time): their caches (established column types, holder handles) outlive a single batch.
+_OPS: OrderedDict[tuple[str, int], Callable[[pa.Table], Any]] = OrderedDict()
+_MAX_OPS = 32
+
+
+def _op(step: _Step) -> Callable[[pa.Table], Any]:
+    key = (step.client.helper.name, step.index)
+    op = _OPS.get(key)
+    if op is None:
+        op = _OPS[key] = step.build()
+        while len(_OPS) > _MAX_OPS:
+            _OPS.popitem(last=False)
+    return op
+
+
 def _task_fn(step: _Step, generator: bool) -> Any:
-    """A function for task-based steps; the operator is cheap to build (its fn is a plain function)."""
+    """A function for task-based steps, named after the stage (Ray shows it in operator names)."""
     if generator:
 
         def expand_task(batch: pa.Table) -> Any:
-            yield from step.build()(batch)
+            yield from _op(step)(batch)
 
-        return expand_task
+        fn: Any = expand_task
+    else:
 
-    def stage_task(batch: pa.Table) -> pa.Table:
-        return step.build()(batch)
+        def stage_task(batch: pa.Table) -> pa.Table:
+            return _op(step)(batch)
 
-    return stage_task
+        fn = stage_task
+    fn.__name__ = fn.__qualname__ = step.plan.stages[step.index].name
+    return fn
 
 
 def _compute(stage: Stage) -> Any:
@@ -136,15 +157,18 @@ def lower_stage(ds: ray.data.Dataset, step: _Step) -> Any:
 
 
 def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
-    """The level-0 rows of ``plan`` with their lineage columns; roots are registered with ``client``."""
+    """The level-0 rows of ``plan`` with their lineage columns (excluded roots left out).
+
+    Sources that know their roots up front (items, files) need no registration: the driver expects
+    them. A Ray Dataset source registers the ids of each block with ``client`` as it reads them,
+    idempotently per block (a retried source task registers the same block again).
+    """
     src = plan.source
     if src.kind == "items":
         items = src.payload
         roots = src.roots or root_ids(items, src.id_column)
-        client.register_roots(roots, wait=False)
-        client.exclude_roots(sorted(plan.exclude))
-        if plan.exclude:
-            keep = [i for i, r in enumerate(roots) if r not in plan.exclude]
+        keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
+        if len(keep) != len(roots):
             items, roots = [items[i] for i in keep], [roots[i] for i in keep]
         table = with_lineage(pa.Table.from_pylist(list(items)), list(roots))
         per_block = max(1, -(-table.num_rows // MAX_SOURCE_BLOCKS))
@@ -154,24 +178,29 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
         from lineage_data._ray.datasource import FileDatasource
 
         fs, files = src.payload
-        client.register_roots([uri for uri, _ in files], wait=False)
-        client.exclude_roots(sorted(plan.exclude))
-        files = [(uri, size) for uri, size in files if uri not in plan.exclude]
+        files = [(uri, size) for uri, size in files if plan.keeps(uri)]
         per_task = int(src.options.get("files_per_task", 1))
         return ray.data.read_datasource(FileDatasource(fs, files, files_per_task=per_task))
     if src.kind == "ray":
-        client.exclude_roots(sorted(plan.exclude))
-        id_column, exclude = src.id_column, plan.exclude
+        id_column, exclude, only = src.id_column, plan.exclude, plan.only
+        client = client.for_stage("from_ray")
 
         def inject_roots(batch: pa.Table) -> pa.Table:
             if id_column is None:
                 ids = content_ids(batch)
             else:
-                ids = [str(v) for v in batch[id_column].to_pylist()]
-            client.register_roots(ids)
+                # from_items' rule: a row with no id (None, or no id column at all) is a PlanError
+                names = batch.column_names
+                values = batch[id_column].to_pylist() if id_column in names else [None] * len(batch)
+                ids = root_ids([{id_column: v} for v in values], id_column)
+            digest = hashlib.sha1("\x00".join(ids).encode()).hexdigest()
+            client.register_roots(ids, digest)
             table = with_lineage(batch, ids)
-            if exclude:
-                keep = [i for i, r in enumerate(ids) if r not in exclude]
+            if exclude or only is not None:
+                keep = [
+                    i for i, r in enumerate(ids)
+                    if r not in exclude and (only is None or r in only)
+                ]
                 table = table.take(keep)
             return table
 
@@ -202,6 +231,6 @@ def lower(
     level = plan.level
 
     def terminal(batch: pa.Table) -> pa.Table:
-        return TerminalOp(level, client)(batch)
+        return TerminalOp(level)(batch)
 
     return ds.map_batches(terminal, batch_format="pyarrow", batch_size=None)

@@ -6,7 +6,7 @@ from lineage_data._core.state import LineageState, Verdict
 
 def facts(state):
     snap = state.snapshot()
-    snap["progress"].pop("reports")
+    snap.pop("reports")
     return snap
 
 
@@ -79,19 +79,41 @@ def test_release_forgets_parent_and_late_report_is_stale():
     state = LineageState()
     gen = state.handoff(0, ["r"], [(0,)]).generation
     state.reduced("red", ["r"], [()], {"PRESENT": 1})
-    assert state.progress()["in_flight_parents"] == 0
+    assert state.snapshot()["in_flight_parents"] == 0
     assert commit(state, gen, [0]).verdicts == [Verdict.STALE]
 
 
-def test_accounting_missing_duplicate_unknown():
-    state = LineageState(started_at=100.0)
-    state.register_roots(["a", "b", "c"])
+def test_newer_dispatch_supersedes_an_older_commit():
+    # A task committed, then died before its output left the worker; Ray re-ran it and the user
+    # function answered differently this time: the new dispatch's fact wins, nothing raises.
+    state = LineageState()
+    old = state.handoff(0, ["r"], [(0,)]).generation
+    assert commit(state, old, [0], outcome="FAILED").verdicts == [Verdict.ACCEPTED]
+    new = state.handoff(0, ["r"], [(0,)]).generation
+    assert commit(state, new, [0]).verdicts == [Verdict.ACCEPTED]
+    assert commit(state, new, [0]).verdicts == [Verdict.REPLAY]
+
+
+def test_a_restarted_state_accepts_reports_of_an_earlier_incarnation():
+    before = LineageState()
+    gen = before.handoff(0, ["r"], [(0,)]).generation
+    after = LineageState()  # the coordinator died and came back empty
+    assert after.epoch != before.epoch
+    assert commit(after, gen, [0]).verdicts == [Verdict.ACCEPTED]
+    # ...but its own generations still fence: a unit it never dispatched in its own epoch is stale
+    own = after.handoff(0, ["q"], [(0,)]).generation
+    after.reduced("red", ["q"], [()], {})
+    assert after.commit(0, own, ["q"], [(0,)], ["PRESENT"], [None], group=[False]).verdicts == [
+        Verdict.STALE
+    ]
+
+
+def test_root_registration_is_idempotent_per_source_block():
+    state = LineageState()
+    state.register_roots(["a", "b"], "block-1")
+    state.register_roots(["a", "b"], "block-1")  # the same source task, retried
+    assert state.roots_since(0) == (["a", "b"], 2)
     with pytest.raises(DuplicateRootError, match="'a'"):
-        state.register_roots(["a"])
-    state.exclude_roots(["c"])
-    state.record_terminal(["a", "a", "z"], ["PRESENT"] * 3, [None] * 3, [None] * 3, now=101.5)
-    acc = state.accounting()
-    assert (acc.missing, acc.duplicated, acc.unknown, acc.ok) == (("b",), ("a",), ("z",), False)
-    assert state.snapshot()["terminal"]["a"][3] == pytest.approx(1.5)
-    state.record_terminal(["b"], ["FAILED"], ["x"], ["s"], now=102)
-    assert state.progress()["failed"] == 1
+        state.register_roots(["c", "a"], "block-2")
+    state.register_roots(["c"], "block-3")
+    assert state.roots_since(2) == (["c"], 3)

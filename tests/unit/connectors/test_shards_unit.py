@@ -286,7 +286,7 @@ def local_write(monkeypatch):
                 w.close()
                 w = ShardWriter(sink.fs, sink.path, **sink.kwargs)
         w.close()
-        run._set_report(RunReport.from_snapshot(result.state.snapshot(), kinds, 0.0))
+        run._set_report(RunReport.from_snapshot(result.snapshot(), kinds, 0.0))
 
     local_write.crash_after = None
     local_write.calls = calls

@@ -1,0 +1,188 @@
+"""Helper actors the library starts (the coordinator, group holders) and how they survive faults.
+
+Every helper is *named*, pinned to the driver's node (a worker node's loss never takes one with it),
+and started with ``max_restarts=-1, max_task_retries=-1``: when its process dies Ray restarts it and
+re-sends the calls in flight. One killed for good (``ray.kill``) is re-created under the same name by
+the driver's :class:`Supervisor`; a :class:`Helper` handle whose actor died looks the name up again.
+A restarted helper starts empty: the lineage it held is re-derived (fencing accepts reports of an
+earlier incarnation) or re-run by the driver's repair pass. A helper that cannot be reached within
+``LINEAGE_DATA_HELPER_TIMEOUT_S`` seconds (default 30) raises :class:`HelperLostError`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from lineage_data._core.errors import HelperLostError
+
+
+def helper_timeout_s() -> float:
+    """Seconds a call may wait for an unreachable helper before the run fails."""
+    return float(os.environ.get("LINEAGE_DATA_HELPER_TIMEOUT_S", "30"))
+
+
+class Helper:
+    """A picklable handle on one named helper actor; calls survive the actor's restart or re-creation.
+
+    Args:
+        name: The actor's name (unique per run).
+        namespace: The Ray namespace it lives in.
+        role: What it is for, in error messages (e.g. "coordinator", "group holder 0 of 'docs'").
+        handle: The current actor handle (looked up by name when it fails).
+    """
+
+    def __init__(self, name: str, namespace: str, role: str, handle: Any = None) -> None:
+        self.name, self.namespace, self.role = name, namespace, role
+        self._handle = handle
+
+    def __getstate__(self) -> dict:
+        return {"name": self.name, "namespace": self.namespace, "role": self.role,
+                "_handle": self._handle}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def submit(self, method: str, *args: Any) -> Any:
+        """Send a call; returns its ``ObjectRef`` (resolve it with :meth:`result`)."""
+        if self._handle is None:
+            try:
+                self._handle = ray.get_actor(self.name, namespace=self.namespace)
+            except ValueError:  # being replaced: let the caller's result() wait for it
+                return None
+        return getattr(self._handle, method).remote(*args)
+
+    def result(self, ref: Any, method: str, *args: Any, stage: str | None = None) -> Any:
+        """The value of ``ref`` (a call to ``method`` with ``args``), repeated on a live actor if needed."""
+        if ref is not None:
+            try:
+                return ray.get(ref)
+            except RayActorError:
+                self._handle = None
+        return self.call(method, *args, stage=stage)
+
+    def call(self, method: str, *args: Any, stage: str | None = None) -> Any:
+        """Call ``method`` and wait; re-resolve the actor by name while it is being replaced."""
+        deadline = time.monotonic() + helper_timeout_s()
+        delay = 0.05
+        while True:
+            try:
+                if self._handle is None:
+                    self._handle = ray.get_actor(self.name, namespace=self.namespace)
+                return ray.get(getattr(self._handle, method).remote(*args))
+            except (RayActorError, ValueError) as exc:
+                # ValueError: the name is free (the replacement is not up yet).
+                if time.monotonic() > deadline:
+                    where = f"stage {stage!r}: " if stage else ""
+                    raise HelperLostError(
+                        f"{where}the lineage {self.role} ({self.name}) could not be reached for "
+                        f"{helper_timeout_s():.0f}s: {type(exc).__name__}"
+                    ) from None
+                self._handle = None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+
+def start_helper(cls: Any, role: str, *args: Any, run_id: str, suffix: str) -> tuple[Helper, Any]:
+    """Start one helper actor of class ``cls`` on the driver's node; returns (handle, restart)."""
+    namespace = ray.get_runtime_context().namespace
+    name = f"lineage-{run_id}-{suffix}"
+    node_id = ray.get_runtime_context().get_node_id()
+
+    def create() -> Any:
+        return cls.options(
+            name=name,
+            namespace=namespace,
+            max_restarts=-1,
+            max_task_retries=-1,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        ).remote(*args)
+
+    handle = create()
+    return Helper(name, namespace, role, handle), create
+
+
+def new_run_id() -> str:
+    """A short id that makes one execution's actor names unique."""
+    return uuid.uuid4().hex[:12]
+
+
+class Supervisor(threading.Thread):
+    """Driver-side thread: re-creates helpers killed for good and runs small periodic chores.
+
+    ``chores`` are called every tick (e.g. tell holders which roots were delivered); an exception in a
+    chore is kept in :attr:`error` for the driver to raise.
+    """
+
+    def __init__(self, tick_s: float = 0.25) -> None:
+        super().__init__(daemon=True, name="lineage-supervisor")
+        self._helpers: list[tuple[Helper, Callable[[], Any]]] = []
+        self._chores: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._tick = tick_s
+        self.recreated = 0
+        self.error: BaseException | None = None
+
+    def watch(self, helper: Helper, create: Callable[[], Any]) -> None:
+        """Re-create ``helper`` with ``create`` whenever it is found dead for good."""
+        self._helpers.append((helper, create))
+
+    def unwatch(self, helpers: Sequence[Helper]) -> None:
+        """Stop re-creating ``helpers`` (their pass is over)."""
+        names = {h.name for h in helpers}
+        self._helpers = [(h, c) for h, c in self._helpers if h.name not in names]
+
+    def chore(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` every tick."""
+        self._chores.append(fn)
+
+    def run(self) -> None:
+        while not self._stop.wait(self._tick):
+            for helper, create in list(self._helpers):
+                self._check(helper, create)
+            for fn in self._chores:
+                try:
+                    fn()
+                except RayActorError:
+                    pass  # the helper is being replaced: the next tick tries again
+                except Exception as exc:  # noqa: BLE001 - handed to the driver
+                    self.error = exc
+
+    def _check(self, helper: Helper, create: Callable[[], Any]) -> None:
+        try:
+            handle = ray.get_actor(helper.name, namespace=helper.namespace)
+            ray.get(handle.ping.remote(), timeout=10)
+        except ActorDiedError:
+            self._recreate(helper, create)
+        except ValueError:  # no actor of that name: dead and gone
+            self._recreate(helper, create)
+        except Exception:  # noqa: BLE001 - restarting or slow: look again next tick
+            return
+
+    def _recreate(self, helper: Helper, create: Callable[[], Any]) -> None:
+        try:
+            helper._handle = create()
+            self.recreated += 1
+        except ValueError:
+            return  # the dead actor still holds the name; next tick
+
+    def stop(self) -> None:
+        """Stop the thread (the helpers are killed by their owner)."""
+        self._stop.set()
+
+
+def kill_all(helpers: Sequence[Helper]) -> None:
+    """Kill helpers for good, whatever handle is current."""
+    for helper in helpers:
+        try:
+            ray.kill(ray.get_actor(helper.name, namespace=helper.namespace), no_restart=True)
+        except (ValueError, RayActorError):
+            continue
