@@ -36,12 +36,20 @@ class Terminal:
 
 @dataclass(slots=True)
 class _Partial:
-    """An open-level root on its way: nodes announced by its headers vs nodes received."""
+    """An open-level root on its way: per depth, nodes announced by headers vs nodes received.
 
-    announced: int = 1  # the root itself, announced by being a source row
-    received: int = 0
+    Depth 0 is announced by the source; the headers at depth ``d`` announce the nodes of depth ``d+1``.
+    Rows arrive in any order, so the root is complete only when every depth balances.
+    """
+
+    announced: list[int]
+    received: list[int]
     seen: set[tuple[tuple[int, ...], bool]] = field(default_factory=set)
     status: tuple[str, str | None, str | None] | None = None  # from the root's own header
+
+    @property
+    def complete(self) -> bool:
+        return self.status is not None and self.announced == self.received
 
 
 class Ledger:
@@ -122,21 +130,22 @@ class Ledger:
                 continue
             part = self._partial.get(root)
             if part is None:
-                part = self._partial[root] = _Partial()
+                depths = self.level + 1
+                part = self._partial[root] = _Partial([1] + [0] * self.level, [0] * depths)
             path = tuple(paths[i] or ())
             header = sizes[i] is not None
             if (path, header) in part.seen:
                 self.duplicates += 1
                 continue
             part.seen.add((path, header))
-            part.received += 1
+            part.received[len(path)] += 1
             if header:
-                part.announced += sizes[i]
+                part.announced[len(path) + 1] += sizes[i]
                 if not path:
                     part.status = (outcomes[i], causes[i], stages[i])
             else:
                 keep.append(i)
-            if part.status is not None and part.received == part.announced:
+            if part.status is not None and part.complete:
                 del self._partial[root]
                 self._record(root, part.status, now)
         return keep

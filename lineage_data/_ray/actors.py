@@ -146,6 +146,8 @@ class Supervisor(threading.Thread):
 
     def run(self) -> None:
         while not self._stop.wait(self._tick):
+            if not ray.is_initialized():
+                return
             for helper, create in list(self._helpers):
                 self._check(helper, create)
             for fn in self._chores:

@@ -125,7 +125,6 @@ class Execution:
         self._from_ray = plan.source.kind == "ray"
         self._supervisor = Supervisor()
         self._supervisor.chore(self._chores)
-        self._supervisor.start()
         self._pass = _Pass(plan, self._supervisor)
         self._passes: list[_Pass] = []
         self._forgotten = 0
@@ -254,6 +253,8 @@ class Execution:
             return self._ledger.lost(missing, self._plan.max_repair_attempts)
 
     def _begin(self) -> None:
+        """A consumer starts: watch the helpers (a bare ``to_ray()`` has no supervisor), draw progress."""
+        self._supervisor.start()
         if self._progress is not None:
             self._progress.start()
 

@@ -225,10 +225,10 @@ def test_partial_groups_spread_over_several_holders(tmp_path, monkeypatch):
     started = []
     original = holders.HolderSet.start.__func__
 
-    def spy(cls, count=None):
-        hs = original(cls, count)
-        started.append(len(hs.actors))
-        return hs
+    def spy(cls, run_id, stage, count=None):
+        hs, helpers = original(cls, run_id, stage, count)
+        started.append(len(hs.helpers))
+        return hs, helpers
 
     monkeypatch.setattr(holders.HolderSet, "start", classmethod(spy))
     counts = long_tail(30, seed=5, hi=120)

@@ -1,0 +1,130 @@
+"""The consumer's ledger and the holders' idempotent hand-off: pure Python, no Ray."""
+
+import pyarrow as pa
+
+import lineage_data as ld
+from lineage_data._core import columns as C
+from lineage_data._core.ledger import Ledger
+from lineage_data._core.local import run_local
+from lineage_data._core.reduce import GroupBuffer, ReduceOp
+
+
+def closed(roots, outcome="PRESENT"):
+    return C.conform(pa.table({C.ROOT: roots, C.OUTCOME: [outcome] * len(roots), "v": range(len(roots))}))
+
+
+def test_closed_plan_drops_second_copies_and_names_the_missing():
+    ledger = Ledger(0, ["a", "b", "c"], started_at=10.0)
+    out = ledger.take(closed(["a", "b", "a"]), now=11.0)
+    assert out[C.ROOT].to_pylist() == ["a", "b"]
+    assert ledger.take(closed(["b"]), now=12.0).num_rows == 0
+    assert (ledger.duplicates, ledger.missing(), ledger.progress()["committed"]) == (2, ["c"], 2)
+    assert ledger.terminal()["a"] == ("PRESENT", None, None, 1.0)
+
+
+def test_lost_roots_become_failed_rows_with_a_lost_cause():
+    ledger = Ledger(0, ["a", "b"], started_at=0.0)
+    ledger.take(closed(["a"]))
+    lost = ledger.lost(ledger.missing(), attempts=2)
+    assert lost[C.ROOT].to_pylist() == ["b"]
+    assert lost[C.OUTCOME].to_pylist() == ["FAILED"]
+    assert lost[C.CAUSE][0].as_py().startswith("LostError: ")
+    assert ledger.missing() == [] and ledger.progress()["failed"] == 1
+    assert set(lost.column_names) == {C.ROOT, C.OUTCOME, C.CAUSE, C.STAGE}
+
+
+def open_rows(plan):
+    """Rows of an open-level plan with their headers, as the terminal step hands them over."""
+    from lineage_data._core.ops import build_op
+    from lineage_data._core.source import with_lineage
+    from lineage_data._core.state import LineageState
+
+    state = LineageState()
+    table = with_lineage(pa.Table.from_pylist(list(plan.source.payload)), list(plan.source.roots))
+    tables = [table]
+    for index in range(len(plan.stages)):
+        op = build_op(plan, index, state, rows_per_block=3, holders=GroupBuffer())
+        out = []
+        for t in tables:
+            res = op(t)
+            out.extend([res] if isinstance(res, pa.Table) else list(res))
+        tables = out
+    return [C.conform(t).drop_columns([C.PARENT]) for t in tables]
+
+
+def test_open_level_root_completes_when_every_announced_node_arrived_in_any_order():
+    docs = [{"d": "x", "n": 4}, {"d": "y", "n": 0}, {"d": "z", "n": 2}]
+    plan = (
+        ld.from_items(docs, id_column="d")
+        .expand_lineage(lambda r: ({"p": i} for i in range(r["n"])))
+        .expand_lineage(lambda r: ({"q": j} for j in range(r["p"])))
+    ).plan
+    rows = C.concat(open_rows(plan)).to_pylist()
+    for seed in range(5):
+        import random
+
+        order = rows[:]
+        random.Random(seed).shuffle(order)
+        ledger = Ledger(2, ["x", "y", "z"], started_at=0.0)
+        delivered = []
+        for i, row in enumerate(order):
+            out = ledger.take(C.rows_to_table([row]).drop_columns([C.PARENT]))
+            delivered.extend(out.to_pylist())
+            if i < len(order) - 1 and row[C.ROOT] == "x":
+                assert not ledger.delivered("x") or all(r[C.ROOT] != "x" for r in order[i + 1 :])
+        assert ledger.missing() == []
+        assert sorted(r[C.ROOT] for r in delivered) == ["x"] * 6 + ["z"]  # 0+1+2+3 and 0+1
+        assert all(C.SIZE not in r for r in delivered)
+        again = ledger.take(C.rows_to_table(order).drop_columns([C.PARENT]))
+        assert again.num_rows == 0
+
+
+def test_open_level_root_with_a_lost_row_is_missing_and_a_repair_drops_what_arrived():
+    plan = (
+        ld.from_items([{"d": "x", "n": 5}], id_column="d")
+        .expand_lineage(lambda r: ({"p": i} for i in range(r["n"])))
+    ).plan
+    rows = C.concat(open_rows(plan)).to_pylist()
+    ledger = Ledger(1, ["x"], started_at=0.0)
+    first = ledger.take(C.rows_to_table(rows[1:]).drop_columns([C.PARENT]))  # child 0 lost
+    assert ledger.missing() == ["x"] and first.num_rows == 4
+    repair = ledger.take(C.rows_to_table(rows).drop_columns([C.PARENT]))
+    assert repair[C.PATH].to_pylist() == [[0]] and ledger.missing() == []
+
+
+def test_holder_hands_a_completed_group_again_to_a_retried_piece_until_forgotten():
+    plan = (
+        ld.from_items([{"d": "x", "n": 3}], id_column="d")
+        .expand_lineage(lambda r: ({"p": i} for i in range(r["n"])))
+    ).plan
+    rows = C.concat(open_rows(plan)).to_pylist()
+    buffer = GroupBuffer()
+    assert buffer.add(rows[:2]) == []
+    done = buffer.add(rows[2:])
+    assert [key for key, _ in done] == [("x", ())]
+    assert [key for key, _ in buffer.add(rows[2:])] == [("x", ())]  # the task died and was re-run
+    buffer.forget(["x"])
+    assert buffer.add(rows[2:]) == []  # forgotten: a late copy starts a new partial group
+
+
+def test_handed_groups_are_bounded():
+    buffer = GroupBuffer(keep_handed=2)
+    for root in "abc":
+        header = {C.ROOT: root, C.PATH: [], C.SIZE: 0, C.OUTCOME: "PRESENT", C.CAUSE: None}
+        assert len(buffer.add([header])) == 1
+    header_a = {C.ROOT: "a", C.PATH: [], C.SIZE: 0, C.OUTCOME: "PRESENT", C.CAUSE: None}
+    header_c = {**header_a, C.ROOT: "c"}
+    assert len(buffer.add([header_c])) == 1  # kept
+    assert len(buffer.add([header_a])) == 1  # evicted, but a header alone completes its group again
+
+
+def test_run_local_uses_the_ledger_and_reduce_op_still_reduces():
+    run = run_local(
+        ld.from_items([{"d": "x", "n": 3}], id_column="d")
+        .expand_lineage(lambda r: ({"p": i} for i in range(r["n"])))
+        .reduce_lineage()
+        .plan
+    )
+    assert run.rows[0]["p"] == [0, 1, 2]
+    assert run.ledger.terminal()["x"][0] == "PRESENT"
+    assert ReduceOp  # imported for the type of holders used above
