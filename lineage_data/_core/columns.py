@@ -411,3 +411,32 @@ class EstablishedTypes:
         if redo:
             table, failed = build_rows(rows, types=self._known, groups=groups)
         return table, failed
+
+    def conform_table(self, table: pa.Table) -> tuple[pa.Table, dict[int, str]]:
+        """``table`` (user columns) cast to the established types; rows whose values do not fit fail.
+
+        Returns the table (a failed row's value in a conflicting column becomes null) and
+        ``{row index: cause}``. Columns new to this operator are established first (one call).
+        """
+        new = {
+            f.name: type_token(f.type)
+            for f in table.schema
+            if not is_reserved(f.name) and f.name not in self._known and is_decided(f.type)
+        }
+        if new:
+            for name, token in self._coordinator.establish_types(self._stage, new).items():
+                self._known[name] = token_type(token)
+        failed: dict[int, str] = {}
+        for index, f in enumerate(table.schema):
+            established = self._known.get(f.name)
+            if established is None or unify_types(established, f.type) is not None:
+                continue
+            try:
+                column = table[f.name].cast(established)
+            except _CONVERSION_ERRORS:
+                cause = f"{TYPE_CONFLICT}: column {f.name!r} has {established} and {f.type}"
+                valid = table[f.name].is_valid().to_pylist()
+                failed.update({i: cause for i, ok in enumerate(valid) if ok})
+                column = pa.nulls(table.num_rows, established)
+            table = table.set_column(index, pa.field(f.name, established), column)
+        return table, failed

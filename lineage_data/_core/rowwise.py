@@ -13,7 +13,7 @@ from lineage_data._core import outcomes
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.plan import Kind, Stage, resolve_callable
 from lineage_data._core.state import Verdict
-from lineage_data._core.udf import BatchCaller, RowCaller
+from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller
 
 
 class RowStageOp:
@@ -33,6 +33,7 @@ class RowStageOp:
         # so a source-level stage makes no coordinator call at all. A duplicate is caught at the
         # terminal record; the stage's counts are derived from the terminal rows.
         self._fenced = stage.level > 0
+        self._types = C.EstablishedTypes(coordinator, stage.name)
         fn = resolve_callable(stage.fn, stage.fn_constructor_kwargs)
         if stage.kind is Kind.MAP:
             self._call: BatchCaller | RowCaller = BatchCaller(
@@ -86,6 +87,8 @@ class RowStageOp:
             if run_idx
             else None
         )
+        if result is not None:
+            result = self._conform(result)
         statuses = result.statuses if result is not None else []
         if handoff is not None and result is not None:
             commit = self._coordinator.commit(
@@ -122,6 +125,18 @@ class RowStageOp:
                 values = values.append_column(column, lineage[column])
             out.append(values)
         return out
+
+
+    def _conform(self, result: BatchResult) -> BatchResult:
+        """Values whose types conflict with the stage's established ones (other batches) fail."""
+        table, failed = self._types.conform_table(result.table)
+        if not failed:
+            return BatchResult(table, result.statuses, result.group)
+        statuses = list(result.statuses)
+        for i, cause in failed.items():
+            if statuses[i].present:
+                statuses[i] = outcomes.rejected(cause, self._stage.name)
+        return BatchResult(table, statuses, result.group)
 
 
 def _tombstone(root: str, path: tuple[int, ...], status: Status) -> dict:

@@ -596,3 +596,25 @@ def test_established_types_call_only_for_new_columns():
     table, failed = types.build_rows([{"x": "s", "y": "b"}, {"x": 3, "y": "c"}])
     assert failed == {0: "TypeConflict: column 'x' has int64 and string"}
     assert calls == [["x"], ["y"]]
+
+
+@pytest.mark.parametrize("batch_format", ["pyarrow", "numpy"])
+def test_map_batches_output_type_that_changes_between_batches_fails_those_rows(batch_format):
+    # Each batch is consistent in itself; the batch holding doc 4 says string where the run already
+    # established int64 for "val" (Ray would fail concatenating the two blocks downstream).
+    def label(batch):
+        column = batch["doc"]
+        docs = [int(d) for d in (column.to_pylist() if hasattr(column, "to_pylist") else column)]
+        if 4 in docs:
+            return pa.table({"val": [f"s{d}" for d in docs]})
+        return pa.table({"val": [int(d) for d in docs]})
+
+    plan = ld.from_items([{"doc": d} for d in range(8)], id_column="doc")
+    plan = plan.map_batches(label, name="label", batch_format=batch_format)
+    out = by_root(run_local(plan.plan, batch_size=2, shuffle=False).rows)
+    for d in range(8):
+        row = out[str(d)]
+        if d in (4, 5):
+            assert status(row) == ("FAILED", "TypeConflict: column 'val' has int64 and string", "label")
+        else:
+            assert (row["_lineage_outcome"], row["val"]) == ("PRESENT", d)
