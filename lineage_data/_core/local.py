@@ -19,7 +19,7 @@ from lineage_data._core.ledger import Ledger
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import Plan
 from lineage_data._core.reduce import GroupBuffer
-from lineage_data._core.source import root_ids, with_lineage
+from lineage_data._core.source import items_table, root_ids
 from lineage_data._core.state import LineageState, derived_counts
 from lineage_data._core.terminal import TerminalOp
 
@@ -78,7 +78,7 @@ def run_local(
     keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
     state = LineageState()
     ledger = Ledger(plan.level, [roots[i] for i in keep], started_at=0.0)
-    table = with_lineage(pa.Table.from_pylist([items[i] for i in keep]), [roots[i] for i in keep])
+    table = items_table([items[i] for i in keep], [roots[i] for i in keep])
     rng = random.Random(seed)
     tables = [table]
     for index in range(len(plan.stages)):

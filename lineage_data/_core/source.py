@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 
 from lineage_data._core import columns as C
+from lineage_data._core import outcomes
 from lineage_data._core.errors import DuplicateRootError, PlanError
 
 
@@ -62,3 +63,18 @@ def with_lineage(table: pa.Table, roots: Sequence[str]) -> pa.Table:
     table = table.append_column(C.OUTCOME, pa.array(["PRESENT"] * n, pa.string()))
     table = table.append_column(C.PATH, pa.array([[]] * n, C.TYPES[C.PATH]))
     return C.conform(table)
+
+
+def items_table(items: Sequence[dict], roots: Sequence[str]) -> pa.Table:
+    """Level-0 rows from Python dicts: every key of any row is a column (missing values are null).
+
+    A row whose values do not fit its columns' types (int in one row, str in another; an object Arrow
+    cannot hold) is FAILED at stage ``from_items`` with a ``TypeConflict`` cause; the others go on.
+    """
+    names: dict[str, None] = {}
+    for item in items:
+        names.update(dict.fromkeys(item))
+    columns = {name: [item.get(name) for item in items] for name in names}
+    table, failed = C.build_columns(columns, len(items))
+    table = with_lineage(table, roots)
+    return C.with_statuses(table, {i: outcomes.rejected(c, "from_items") for i, c in failed.items()})

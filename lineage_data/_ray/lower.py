@@ -16,7 +16,7 @@ from lineage_data._core import columns as C
 from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import Kind, Plan, Stage
-from lineage_data._core.source import content_ids, root_ids, with_lineage
+from lineage_data._core.source import content_ids, items_table, root_ids, with_lineage
 from lineage_data._core.terminal import TerminalOp
 
 # Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
@@ -170,7 +170,7 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
         keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
         if len(keep) != len(roots):
             items, roots = [items[i] for i in keep], [roots[i] for i in keep]
-        table = with_lineage(pa.Table.from_pylist(list(items)), list(roots))
+        table = items_table(list(items), list(roots))
         per_block = max(1, -(-table.num_rows // MAX_SOURCE_BLOCKS))
         tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
         return ray.data.from_arrow(tables or [C.empty()])

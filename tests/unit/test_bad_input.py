@@ -618,3 +618,12 @@ def test_map_batches_output_type_that_changes_between_batches_fails_those_rows(b
             assert status(row) == ("FAILED", "TypeConflict: column 'val' has int64 and string", "label")
         else:
             assert (row["_lineage_outcome"], row["val"]) == ("PRESENT", d)
+
+
+def test_from_items_keeps_keys_of_later_rows_and_fails_rows_that_do_not_fit():
+    items = [{"doc": 0, "n": 1}, {"doc": 1, "n": 2, "extra": "e"}, {"doc": 2, "n": "three"}]
+    plan = ld.from_items(items, id_column="doc").map(lambda r: {"extra": r["extra"], "n": r["n"]})
+    out = by_root(run_local(plan.plan, batch_size=None, shuffle=False).rows)
+    assert (out["0"]["extra"], out["1"]["extra"]) == (None, "e")
+    assert status(out["2"])[0] == "SUPPRESSED"  # failed at the source, suppressed by the map after it
+    assert status(out["2"])[1:] == ("TypeConflict: column 'n' has int64 and string", "from_items")
