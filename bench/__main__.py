@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import coordinator, longtail, overhead, poison
+from bench import coordinator, faults, longtail, overhead, poison
 from bench.common import log
 from bench.measure import RESULTS_DIR, start_ray, warm_up
 
 BENCHES = ("longtail", "poison", "overhead", "coordinator")
+# Not part of ``all``: it SIGKILLs processes of the Ray instance it runs on.
+EXTRA = ("faults",)
 GPUS = 4
 
 
@@ -29,13 +31,15 @@ def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return poison.run(args.scale, out, seed=args.seed)
     if name == "overhead":
         return overhead.run(args.scale, out, seed=args.seed)
+    if name == "faults":
+        return faults.run(args.scale, out, seed=args.seed)
     return coordinator.run(args.scale, out, seed=args.seed)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, start Ray, run, print the headline JSON last."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("name", choices=(*BENCHES, "all"))
+    parser.add_argument("name", choices=(*BENCHES, *EXTRA, "all"))
     parser.add_argument("--scale", choices=("smoke", "small", "full"), default="smoke")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS_DIR), help="results directory")

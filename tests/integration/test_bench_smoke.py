@@ -82,3 +82,15 @@ def test_coordinator_smoke(tmp_path: Path) -> None:
     h = _run_bench("coordinator", tmp_path)
     assert h["events_per_s"] > 0
     assert h["bytes_per_in_flight_parent"] > 0
+
+
+def test_faults_smoke(tmp_path: Path) -> None:
+    # Shape only: whether the faulted output is correct is what tests/faults checks.
+    h = _run_bench("faults", tmp_path)
+    assert isinstance(h["correct"], bool)
+    assert h["kills"] >= 1
+    assert isinstance(h["lost_roots"], int) and h["lost_roots"] >= 0
+    assert "repaired_roots" in h
+    assert h["wall_clean_s"] > 0 and h["wall_faulted_s"] > 0
+    assert h["wall_ratio_vs_clean"] > 0
+    assert list(tmp_path.glob("faults-smoke-*.png"))
