@@ -1,0 +1,126 @@
+"""Repair passes and LostError rows, with a fault that loses chosen roots in chosen passes.
+
+The fault is simulated by dropping the rows of some roots from the lowered dataset (what a holder or node
+loss does to them), because a real process loss cannot be aimed at one root on demand; tests/faults/
+covers real kills. Everything else is the real path: passes, restricted plans, the ledger, the writers.
+"""
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset  # noqa: F401 - pa.dataset
+import pytest
+
+import lineage_data as ld
+from connectors.shards import read_dead_letter, read_shards, write_shards
+from lineage_data._core import columns as C
+from lineage_data._ray import execute
+
+
+def docs_plan(n=10):
+    items = [{"doc": f"d{i}", "n": 1 + i % 3} for i in range(n)]
+    return (
+        ld.from_items(items, id_column="doc")
+        .expand_lineage(lambda r: ({"page": i} for i in range(r["n"])), name="pages")
+        .map_batches(lambda b: {"v": [p * 10 for p in b["page"].to_pylist()]}, name="ocr")
+        .reduce_lineage(lambda p, ch: {"doc": p["doc"], "v": [c["v"] for c in ch]}, name="docs")
+    )
+
+
+@pytest.fixture
+def lose(monkeypatch):
+    """``lose({"d3": 1})``: drop root d3's rows from the first pass only (0: from every pass)."""
+    plan = {}
+    lowered = []
+    original = execute.lower
+
+    def lower(p, client, holders, **kw):
+        ds = original(p, client, holders, **kw)
+        n = len(lowered)
+        lowered.append(p)
+        gone = {root for root, passes in plan.items() if passes == 0 or n < passes}
+        if not gone:
+            return ds
+        drop = pa.array(sorted(gone), pa.string())
+
+        def without(batch):
+            return batch.filter(pc.invert(pc.is_in(batch[C.ROOT], value_set=drop)))
+
+        return ds.map_batches(without, batch_format="pyarrow", batch_size=None)
+
+    monkeypatch.setattr(execute, "lower", lower)
+
+    def set_plan(spec):
+        plan.update(spec)
+        lowered.clear()
+        return lowered
+
+    return set_plan
+
+
+def by_root(rows):
+    out = {}
+    for row in rows:
+        assert row[C.ROOT] not in out, f"root {row[C.ROOT]} twice"
+        out[row[C.ROOT]] = row
+    return out
+
+
+def test_a_root_lost_in_the_first_pass_is_repaired_and_the_output_is_the_clean_one(lose):
+    clean = by_root(docs_plan().take_all())
+    passes = lose({"d3": 1, "d7": 1})
+    ds = docs_plan()
+    got = by_root(ds.take_all())
+    assert got == clean
+    assert len(passes) == 2 and passes[1].only == frozenset({"d3", "d7"})
+    report = ds.report()
+    assert (report.repaired_roots, report.lost_roots, report.extra["passes"]) == (2, 0, 2)
+
+
+def test_a_root_lost_in_every_pass_ends_failed_with_a_lost_cause(lose):
+    passes = lose({"d4": 0})
+    ds = docs_plan().with_options(max_repair_attempts=1)
+    got = by_root(ds.take_all())
+    assert len(got) == 10 and len(passes) == 2
+    assert got["d4"][C.OUTCOME] == "FAILED"
+    assert got["d4"][C.CAUSE].startswith("LostError: ")
+    assert all(got[f"d{i}"][C.OUTCOME] == "PRESENT" for i in range(10) if i != 4)
+    report = ds.report()
+    assert (report.lost_roots, report.repaired_roots) == (1, 0)
+    assert report.failures["root"].to_list() == ["d4"]
+
+
+def test_max_repair_attempts_zero_fails_lost_roots_at_once(lose):
+    passes = lose({"d1": 0})
+    got = by_root(docs_plan().with_options(max_repair_attempts=0).take_all())
+    assert len(passes) == 1 and got["d1"][C.CAUSE].startswith("LostError: ")
+
+
+def test_write_shards_repairs_and_dead_letters_lost_roots(lose, tmp_path):
+    lose({"d2": 1, "d5": 0})
+    result = write_shards(docs_plan().with_options(max_repair_attempts=1), str(tmp_path), rows_per_shard=4)
+    shards = read_shards(str(tmp_path))
+    roots = shards[C.ROOT].to_pylist()
+    assert sorted(roots) == sorted(f"d{i}" for i in range(10) if i != 5)
+    assert len(set(roots)) == len(roots)
+    dead = read_dead_letter(str(tmp_path)).to_pylist()
+    assert [r["root"] for r in dead] == ["d5"] and dead[0]["cause"].startswith("LostError: ")
+    assert result.report.repaired_roots == 1 and result.report.lost_roots == 1
+
+
+def test_write_parquet_accounts_from_write_results(lose, tmp_path):
+    lose({"d6": 1})
+    ds = docs_plan()
+    ds.write_parquet(str(tmp_path / "out"))
+    table = pa.dataset.dataset(str(tmp_path / "out"), format="parquet").to_table()
+    assert sorted(table[C.ROOT].to_pylist()) == sorted(f"d{i}" for i in range(10))
+    assert ds.report().repaired_roots == 1
+
+
+def test_open_level_plan_is_repaired_without_second_copies(lose):
+    plan = ld.from_items([{"doc": f"d{i}", "n": 3} for i in range(6)], id_column="doc").expand_lineage(
+        lambda r: ({"page": i} for i in range(r["n"])), name="pages"
+    )
+    lose({"d2": 1})
+    rows = plan.take_all()
+    keys = [(r[C.ROOT], tuple(r[C.PATH])) for r in rows]
+    assert sorted(keys) == sorted((f"d{i}", (j,)) for i in range(6) for j in range(3))
