@@ -123,7 +123,8 @@ class Execution:
         self._started = time.time()
         self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
         self._from_ray = plan.source.kind == "ray"
-        self._supervisor = Supervisor()
+        names = [s.name for s in plan.stages]
+        self._supervisor = Supervisor(stages=f"stage(s) {names}" if names else "the lineage run")
         self._supervisor.chore(self._chores)
         self._pass = _Pass(plan, self._supervisor)
         self._passes: list[_Pass] = []
@@ -167,6 +168,8 @@ class Execution:
                     batch_size=batch_size, batch_format="pyarrow"
                 ):
                     assert isinstance(batch, pa.Table)
+                    if self._supervisor.error is not None:
+                        raise self._supervisor.error
                     with self._lock:
                         out = self._ledger.take(batch)
                     if out.num_rows:
@@ -176,9 +179,7 @@ class Execution:
                 yield _convert(lost, batch_format)
         except BaseException as exc:
             self._close()
-            if _is_ray_error(exc):
-                raise self._translate(exc) from exc
-            raise
+            self._raise(exc)
         self.finish()
 
     def write(self, action: Callable[[Any], Any], *, prepare: Callable[[Any], Any] | None = None) -> None:
@@ -198,9 +199,7 @@ class Execution:
                 action(accounted(prepare(ds) if prepare else ds, level, self._account))
         except BaseException as exc:
             self._close()
-            if _is_ray_error(exc):
-                raise self._translate(exc) from exc
-            raise
+            self._raise(exc)
         self.finish()
 
     def _account(self, sink: AccountedSink) -> None:
@@ -257,6 +256,15 @@ class Execution:
         self._supervisor.start()
         if self._progress is not None:
             self._progress.start()
+
+    def _raise(self, exc: BaseException) -> None:
+        """Re-raise ``exc`` as the consumer should see it: the supervisor's verdict, or a typed error."""
+        lost = self._supervisor.error
+        if isinstance(exc, KeyboardInterrupt) and lost is not None:
+            raise lost from None
+        if _is_ray_error(exc):
+            raise self._translate(exc) from exc
+        raise exc
 
     def _translate(self, exc: BaseException) -> BaseException:
         """A Ray failure outside user code as an :class:`ExecutionError` naming the stage."""
