@@ -124,3 +124,12 @@ def test_open_level_plan_is_repaired_without_second_copies(lose):
     rows = plan.take_all()
     keys = [(r[C.ROOT], tuple(r[C.PATH])) for r in rows]
     assert sorted(keys) == sorted((f"d{i}", (j,)) for i in range(6) for j in range(3))
+
+
+def test_an_unreachable_helper_raises_a_typed_error_naming_the_stage(monkeypatch):
+    from lineage_data._ray.actors import Helper
+
+    monkeypatch.setenv("LINEAGE_DATA_HELPER_TIMEOUT_S", "1")
+    helper = Helper("lineage-nobody-coordinator", "no-such-namespace", "coordinator")
+    with pytest.raises(ld.HelperLostError, match=r"stage 'ocr': the lineage coordinator \(lineage-nobody"):
+        helper.call("ping", stage="ocr")
