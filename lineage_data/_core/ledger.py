@@ -8,6 +8,8 @@ terminal row, and at the end of a pass names the roots that did not arrive, so t
 A closed plan (level 0) delivers one row per root. A plan that ends with open levels delivers the
 entities of its last level plus one *header* per inner node (see :mod:`columns`); a root is complete when
 every node its headers announce has arrived. Headers are bookkeeping: :meth:`Ledger.take` removes them.
+A root that leaves no row at that level (its expansion raised, or every node on its way failed) is
+represented by exactly one stand-in row with its terminal status, so no input silently disappears.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from lineage_data._core import columns as C
-from lineage_data._core.outcomes import Outcome
+from lineage_data._core.outcomes import Outcome, Status, entering
 
 LOST = "LostError"
 
@@ -46,6 +48,8 @@ class _Partial:
     received: list[int]
     seen: set[tuple[tuple[int, ...], bool]] = field(default_factory=set)
     status: tuple[str, str | None, str | None] | None = None  # from the root's own header
+    rows: int = 0  # entity rows handed to the consumer
+    first_bad: tuple[tuple[int, ...], str, str | None, str | None] | None = None  # inner header
 
     @property
     def complete(self) -> bool:
@@ -99,8 +103,11 @@ class Ledger:
                 return table
             return table.take(pa.array(keep, pa.int64()))
         table = C.conform(table)
-        keep = self._take_open(table, now)
-        return table.take(pa.array(keep, pa.int64())).drop_columns([C.SIZE, C.PARENT])
+        keep, stand_ins = self._take_open(table, now)
+        out = table.take(pa.array(keep, pa.int64()))
+        if stand_ins:
+            out = C.concat([out, C.rows_to_table(stand_ins)])
+        return out.drop_columns([C.SIZE, C.PARENT])
 
     def _take_closed(self, table: pa.Table, now: float) -> list[int]:
         keep: list[int] = []
@@ -116,8 +123,10 @@ class Ledger:
             keep.append(i)
         return keep
 
-    def _take_open(self, table: pa.Table, now: float) -> list[int]:
+    def _take_open(self, table: pa.Table, now: float) -> tuple[list[int], list[dict]]:
+        """Rows to keep, and one stand-in row per root completed here with no row of its own."""
         keep: list[int] = []
+        stand_ins: list[dict] = []
         roots = table[C.ROOT].to_pylist()
         paths = table[C.PATH].to_pylist()
         sizes = table[C.SIZE].to_pylist()
@@ -143,12 +152,22 @@ class Ledger:
                 part.announced[len(path) + 1] += sizes[i]
                 if not path:
                     part.status = (outcomes[i], causes[i], stages[i])
+                elif outcomes[i] != Outcome.PRESENT.value and (
+                    part.first_bad is None or path < part.first_bad[0]
+                ):
+                    part.first_bad = (path, outcomes[i], causes[i], stages[i])
             else:
                 keep.append(i)
+                part.rows += 1
             if part.status is not None and part.complete:
                 del self._partial[root]
-                self._record(root, part.status, now)
-        return keep
+                status = part.status
+                if not part.rows:
+                    status = _stand_in_status(part)
+                    if status[0] != Outcome.PRESENT.value:
+                        stand_ins.append(_stand_in(root, status))
+                self._record(root, status, now)
+        return keep, stand_ins
 
     def _record(self, root: str, status: tuple[str, str | None, str | None], now: float) -> None:
         self._done[root] = Terminal(status[0], status[1], status[2], now - self._started_at)
@@ -207,6 +226,27 @@ class Ledger:
             "total": len(self._expected),
             "in_flight_parents": len(self._partial),
         }
+
+
+def _stand_in_status(part: _Partial) -> tuple[str, str | None, str | None]:
+    """The status of a root that left no row at the consumer's level.
+
+    Its own status when it is not PRESENT (its expansion raised, a source-level stage failed it);
+    else that of its first inner node that is not, as a child's failure reaches its parent
+    (FAILED becomes SUPPRESSED); else PRESENT (every group on its way was empty).
+    """
+    assert part.status is not None
+    if part.status[0] != Outcome.PRESENT.value or part.first_bad is None:
+        return part.status
+    _, outcome, cause, stage = part.first_bad
+    entered = entering(Status(Outcome(outcome), cause, stage))
+    assert entered is not None
+    return (entered.outcome.value, entered.cause, entered.stage)
+
+
+def _stand_in(root: str, status: tuple[str, str | None, str | None]) -> dict:
+    """The one row that represents a root at an open level where it has no row of its own."""
+    return {C.ROOT: root, C.PATH: [], C.OUTCOME: status[0], C.CAUSE: status[1], C.STAGE: status[2]}
 
 
 def _column(table: pa.Table, name: str) -> list:

@@ -24,6 +24,20 @@ def opening_expand(plan: Plan, index: int) -> int:
     raise ValueError(f"stage {index} closes no expansion")
 
 
+def child_producer(plan: Plan, index: int) -> str:
+    """The stage whose output columns the children of the reduce at ``index`` carry.
+
+    The closest stage before it that emits rows of the reduce's level: a 1:1 map, an inner reduce, or
+    the opening expansion (filters keep their input's columns).
+    """
+    level = plan.stages[index].level
+    for i in range(index - 1, opening_expand(plan, index) - 1, -1):
+        stage = plan.stages[i]
+        if stage.level_out == level and stage.kind is not Kind.FILTER:
+            return stage.name
+    return plan.stages[opening_expand(plan, index)].name
+
+
 def build_op(
     plan: Plan,
     index: int,
@@ -43,5 +57,7 @@ def build_op(
         carry = plan.stages[opening_expand(plan, index)].carry
         if holders is None:
             raise ValueError(f"reduce stage {stage.name!r} needs holders for its partial groups")
-        return ReduceOp(stage, coordinator, holders=holders, carry=carry)
+        return ReduceOp(
+            stage, coordinator, holders=holders, carry=carry, children_of=child_producer(plan, index)
+        )
     return RowStageOp(stage, index, coordinator)

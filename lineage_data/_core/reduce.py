@@ -21,13 +21,24 @@ from lineage_data._core.plan import Stage
 GroupKey = tuple[str, tuple[int, ...]]
 
 
-def collect_children(parent: dict, children: list[dict], *, carry: Sequence[str] = ()) -> dict:
+def collect_children(
+    parent: dict,
+    children: list[dict],
+    *,
+    carry: Sequence[str] = (),
+    known: Sequence[str] = (),
+) -> dict:
     """The default reduce: every child column becomes an ordered list column of the parent.
+
+    ``known`` names child columns the stage knows even when no child of this group has them (an empty
+    group): each becomes an empty list, never a missing column.
 
     >>> collect_children({"doc": "a"}, [{"text": "p0"}, {"text": "p1"}])
     {'doc': 'a', 'text': ['p0', 'p1']}
+    >>> collect_children({"doc": "b"}, [], known=["text"])
+    {'doc': 'b', 'text': []}
     """
-    names: dict[str, None] = {}
+    names: dict[str, None] = dict.fromkeys(k for k in known if k not in carry)
     for child in children:
         names.update(dict.fromkeys(k for k in child if k not in carry))
     return {**parent, **{name: [child.get(name) for child in children] for name in names}}
@@ -134,7 +145,13 @@ class ReduceOp:
     """
 
     def __init__(
-        self, stage: Stage, coordinator: Any, *, holders: Any, carry: Sequence[str] = ()
+        self,
+        stage: Stage,
+        coordinator: Any,
+        *,
+        holders: Any,
+        carry: Sequence[str] = (),
+        children_of: str | None = None,
     ) -> None:
         self._stage = stage
         self._coordinator = coordinator
@@ -142,6 +159,8 @@ class ReduceOp:
         self._carry = tuple(carry)
         self._fn: Callable[..., Any] | None = stage.fn
         self._types = C.EstablishedTypes(coordinator, stage.name)
+        self._children_of = children_of  # the stage whose columns the children carry
+        self._known: list[str] | None = None  # its established columns, asked once per batch
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Process one batch; returns the parents it completed and the rows of outer levels."""
@@ -156,6 +175,7 @@ class ReduceOp:
         partial = local.drain()
         if partial:
             done.extend(self._holders.add(partial))
+        self._known = None
         out = [self._reduce(key, group) for key, group in done]
         parts = [passthrough] if passthrough.num_rows else []
         if out:
@@ -208,7 +228,8 @@ class ReduceOp:
         name = self._stage.name
         try:
             if self._fn is None:
-                value = collect_children(parent, kids, carry=self._carry)
+                known = () if kids else self._columns()  # an empty group: its list columns are []
+                value = collect_children(parent, kids, carry=self._carry, known=known)
             else:
                 value = self._fn(parent, kids, **self._stage.fn_kwargs)
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
@@ -220,6 +241,18 @@ class ReduceOp:
         except ContractError as exc:  # one parent's bad result fails that parent, not the run
             return outcomes.rejected(describe(exc), name), {}
         return outcomes.PRESENT, dict(value)
+
+
+    def _columns(self) -> list[str]:
+        """The child columns the run knows, for empty groups: one coordinator call per batch at most."""
+        if self._known is None:
+            self._known = []
+            if self._children_of is not None:
+                self._known = [
+                    c for c in self._coordinator.established(self._children_of)
+                    if not C.is_reserved(c)
+                ]
+        return self._known
 
 
 def _rows(group: Group) -> list[dict]:

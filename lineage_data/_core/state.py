@@ -274,6 +274,11 @@ class LineageState:
         known = self._types.setdefault(stage, {})
         return {name: known.setdefault(name, token) for name, token in types.items()}
 
+    def established(self, stage: str) -> list[str]:
+        """The columns whose type is established for ``stage`` (what its rows can carry), in order."""
+        self._reports += 1
+        return list(self._types.get(stage, {}))
+
 
 def derived_counts(
     stages: Sequence[str], derived: Sequence[str], terminal: Mapping[str, Sequence]

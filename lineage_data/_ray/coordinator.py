@@ -79,5 +79,8 @@ class CoordinatorClient:
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:  # noqa: D102
         return self._call("establish_types", stage, types)
 
+    def established(self, stage: str) -> list[str]:  # noqa: D102
+        return self._call("established", stage)
+
     def snapshot(self) -> dict:  # noqa: D102
         return self._call("snapshot")

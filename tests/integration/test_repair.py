@@ -133,3 +133,28 @@ def test_an_unreachable_helper_raises_a_typed_error_naming_the_stage(monkeypatch
     helper = Helper("lineage-nobody-coordinator", "no-such-namespace", "coordinator")
     with pytest.raises(ld.HelperLostError, match=r"stage 'ocr': the lineage coordinator \(lineage-nobody"):
         helper.call("ping", stage="ocr")
+
+
+def test_issue_13_cases_on_ray():
+    def pages(row):
+        if row["doc"] == "bad":
+            raise OSError("unreadable")
+        yield {"p": 0}
+        yield {"p": 1}
+
+    def regions(row):
+        if row["p"] == 1:
+            yield {"r": 10}
+            yield {"r": 11}
+
+    src = ld.from_items([{"doc": "doc0"}, {"doc": "bad"}], id_column="doc")
+    children = src.expand_lineage(pages, name="pages").map(lambda r: {"q": r["p"]}, name="q")
+    rows = children.take_all()
+    bad = [r for r in rows if r[C.ROOT] == "bad"]
+    assert [(r[C.OUTCOME], r[C.CAUSE], r[C.STAGE]) for r in bad] == [("FAILED", "OSError: unreadable", "pages")]
+    assert sorted(r["q"] for r in rows if r[C.ROOT] == "doc0") == [0, 1]
+    docs = by_root(
+        src.expand_lineage(pages, name="pages").expand_lineage(regions).reduce_lineage().reduce_lineage().take_all()
+    )
+    assert docs["doc0"]["r"] == [[], [10, 11]]
+    assert (docs["bad"][C.OUTCOME], docs["bad"][C.CAUSE]) == ("FAILED", "OSError: unreadable")
