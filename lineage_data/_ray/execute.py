@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 import ray.exceptions
 
@@ -131,6 +132,7 @@ class Execution:
         self._forgotten = 0
         self._lock = threading.Lock()
         self._repaired: set[str] = set()
+        self._stand_ins: list[pa.Table] = []
         self._lost = 0
         self.dataset = self._pass.dataset
         self._progress = _Progress(self._progress_now) if _progress_enabled() else None
@@ -193,10 +195,12 @@ class Execution:
             for current in self._run_passes():
                 ds = prepare(current.dataset) if prepare else current.dataset
                 action(accounted(ds, level, self._account))
-            lost = self._lose()
-            if lost is not None:
-                ds = ray.data.from_arrow(lost)
-                action(accounted(prepare(ds) if prepare else ds, level, self._account))
+            # Rows the workers could not write because the driver makes them: LostError rows, and the
+            # stand-ins of roots that left no row at an open level.
+            extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
+            if extra:  # already in the ledger: written, not accounted again
+                ds = ray.data.from_arrow(extra)
+                action(accounted(prepare(ds) if prepare else ds, level, lambda sink: None))
         except BaseException as exc:
             self._close()
             self._raise(exc)
@@ -205,7 +209,12 @@ class Execution:
     def _account(self, sink: AccountedSink) -> None:
         for lineage, at in sink.written:
             with self._lock:
-                self._ledger.take(lineage, at)
+                out = self._ledger.take(lineage, at)
+            if self._plan.level and out.num_rows:
+                # at an open level, a stand-in row (empty path) is the ledger's, not yet written
+                stand_in = pc.equal(pc.list_value_length(out[C.PATH]), 0)
+                if pc.any(stand_in).as_py():
+                    self._stand_ins.append(out.filter(stand_in))
 
     def materialize(self) -> Any:
         """Run the plan and keep its (accounted) output in the Ray object store."""

@@ -50,7 +50,11 @@ class AccountedSink(Datasink):
         tables = [BlockAccessor.for_block(b).to_arrow() for b in blocks]
         lineage = [t.select([c for c in _LINEAGE if c in t.column_names]) for t in tables]
         if self.level:
-            tables = [t.filter(pc.is_null(t[C.SIZE])).drop_columns([C.SIZE]) for t in tables]
+            tables = [
+                t.filter(pc.is_null(t[C.SIZE])).drop_columns([C.SIZE]) if C.SIZE in t.column_names
+                else t
+                for t in tables
+            ]
         result = self.inner.write([t for t in tables if t.num_rows] or tables[:1], ctx)
         return result, C.concat(lineage) if lineage else C.empty(), time.time()
 

@@ -158,3 +158,18 @@ def test_issue_13_cases_on_ray():
     )
     assert docs["doc0"]["r"] == [[], [10, 11]]
     assert (docs["bad"][C.OUTCOME], docs["bad"][C.CAUSE]) == ("FAILED", "OSError: unreadable")
+
+
+def test_write_parquet_at_an_open_level_writes_the_stand_in_of_a_failed_root(tmp_path):
+    def pages(row):
+        if row["doc"] == "bad":
+            raise OSError("unreadable")
+        yield from ({"p": i} for i in range(3))
+
+    ds = ld.from_items([{"doc": "a"}, {"doc": "bad"}], id_column="doc").expand_lineage(pages, name="pages")
+    ds.write_parquet(str(tmp_path / "pages"))
+    rows = pa.dataset.dataset(str(tmp_path / "pages"), format="parquet").to_table().to_pylist()
+    assert sorted(r["p"] for r in rows if r[C.ROOT] == "a") == [0, 1, 2]
+    bad = [r for r in rows if r[C.ROOT] == "bad"]
+    assert [(r[C.OUTCOME], r[C.CAUSE]) for r in bad] == [("FAILED", "OSError: unreadable")]
+    assert ds.report().extra["duplicates_dropped"] == 0
