@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, RayActorError
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from lineage_data._core.errors import HelperLostError
+from lineage_data._core.errors import HelperLostError, LineageError
 
 
 def helper_timeout_s() -> float:
@@ -79,6 +79,11 @@ class Helper:
                 if self._handle is None:
                     self._handle = ray.get_actor(self.name, namespace=self.namespace)
                 return ray.get(getattr(self._handle, method).remote(*args))
+            except RayTaskError as exc:
+                # The helper raised one of ours (e.g. DuplicateRootError): pass it on as itself.
+                if isinstance(exc.cause, LineageError):
+                    raise exc.cause from None
+                raise
             except (RayActorError, ValueError) as exc:
                 # ValueError: the name is free (the replacement is not up yet).
                 if time.monotonic() > deadline:

@@ -271,6 +271,9 @@ class Execution:
         lost = self._supervisor.error
         if isinstance(exc, KeyboardInterrupt) and lost is not None:
             raise lost from None
+        cause = getattr(exc, "cause", None)
+        if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, LineageError):
+            raise cause from None  # one of ours, raised in a worker: as itself, not in Ray's wrapper
         if _is_ray_error(exc):
             raise self._translate(exc) from exc
         raise exc

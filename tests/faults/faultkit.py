@@ -103,6 +103,20 @@ def expand_children(row: dict[str, Any]) -> Iterable[dict[str, Any]]:
         yield {"ordinal": i, "x": (int(row["salt"]) * 31 + i * 17) % 997}
 
 
+def make_slow_expand(log_dir: str) -> Callable[[dict], Iterable[dict]]:
+    """:func:`expand_children` that logs ``expand-<pid>`` then works 0.2 s per parent.
+
+    Fused after a source step, the log line tells a test that this process's source task has run.
+    """
+
+    def slow_expand_children(row: dict[str, Any]) -> Iterable[dict[str, Any]]:
+        _log_line(log_dir, "expand", f"{time.time()!r} {row['doc']}")
+        time.sleep(0.2)
+        yield from expand_children(row)
+
+    return slow_expand_children
+
+
 def _log_line(log_dir: str, kind: str, text: str) -> None:
     path = pathlib.Path(log_dir) / f"{kind}-{os.getpid()}.log"
     with path.open("a") as f:
@@ -148,13 +162,20 @@ def make_assemble(log_dir: str) -> Callable[[dict, list[dict]], dict]:
     return assemble
 
 
-def pipeline(log_dir: str | os.PathLike, items: list[dict] | None = None) -> Any:
-    """The standard faulted pipeline (lazy)."""
+def pipeline(
+    log_dir: str | os.PathLike,
+    items: list[dict] | None = None,
+    *,
+    source: Any = None,
+    expand: Callable[[dict], Iterable[dict]] = expand_children,
+) -> Any:
+    """The standard faulted pipeline (lazy); ``source`` replaces the ``from_items`` source."""
     log_dir = str(log_dir)
     os.makedirs(log_dir, exist_ok=True)
+    if source is None:
+        source = ld.from_items(items if items is not None else corpus(), id_column="doc")
     return (
-        ld.from_items(items if items is not None else corpus(), id_column="doc")
-        .expand_lineage(expand_children, name="children", carry=["doc"])
+        source.expand_lineage(expand, name="children", carry=["doc"])
         .map_batches(
             SlowValue,
             name=MAP_STAGE,
