@@ -95,7 +95,13 @@ def test_write_corpus_locally(tmp_path):
     assert bad[0] == "bad/00-corrupt.pdf"
     assert bad[9] == "bad/09-corrupt.pdf"
     again = write_corpus(tmp_path / "d", n_pdfs=5, n_bad=12, n_videos=2, seed=9)
-    assert [f["bytes"] for f in again["files"]] == [f["bytes"] for f in manifest["files"]]
+    # Equal arguments give equal PDFs and bad files byte for byte; videos promise equal decoded frames
+    # only (make_video's docstring), and their encoded size did vary once under load on CI.
+    def sizes(m):
+        return [(f["name"], f["bytes"]) for f in m["files"] if f["kind"] != "video"]
+
+    assert sizes(again) == sizes(manifest)
+    assert [f["name"] for f in again["files"]] == [f["name"] for f in manifest["files"]]
 
 
 def test_write_corpus_without_videos_skips_video_bad_files(tmp_path):
