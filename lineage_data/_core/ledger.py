@@ -82,15 +82,6 @@ class Ledger:
         """Roots the run must account for (known up front, or discovered by the source)."""
         self._expected.update(roots)
 
-    def forget(self, roots: Iterable[str]) -> None:
-        """Roots excluded on purpose (already committed by an earlier run): not expected here."""
-        self._expected.difference_update(roots)
-
-    @property
-    def expected(self) -> int:
-        """How many roots the run must account for."""
-        return len(self._expected)
-
     # -- what arrived ---------------------------------------------------------------------------
     def take(self, table: pa.Table, now: float | None = None) -> pa.Table:
         """Account one output batch; returns the rows to hand to the consumer (no copies, no headers)."""
@@ -173,14 +164,6 @@ class Ledger:
         self._done[root] = Terminal(status[0], status[1], status[2], now - self._started_at)
         self._committed += status[0] == Outcome.PRESENT.value
         self.completed.append(root)
-
-    def record(self, roots: Iterable[str], statuses: Iterable[tuple], now: float) -> None:
-        """Roots a writer reports as written (write results), once each; copies are counted."""
-        for root, status in zip(roots, statuses, strict=True):
-            if root in self._done:
-                self.duplicates += 1
-            else:
-                self._record(root, tuple(status), now)  # type: ignore[arg-type]
 
     # -- the end of a pass ----------------------------------------------------------------------
     def delivered(self, root: str) -> bool:

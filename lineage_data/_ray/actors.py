@@ -12,7 +12,6 @@ earlier incarnation) or re-run by the driver's repair pass. A helper that cannot
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 import uuid
@@ -125,13 +124,10 @@ class Supervisor(threading.Thread):
     """Driver-side thread: re-creates helpers killed for good and runs small periodic chores.
 
     ``chores`` are called every tick (e.g. tell holders which roots were delivered); an exception in a
-    chore is kept in :attr:`error` for the driver to raise. When no helper has answered for
-    :func:`helper_timeout_s` seconds (the cluster is gone: Ray itself would end this process a little
-    later), :attr:`error` becomes a :class:`HelperLostError` naming ``stages`` and the main thread is
-    interrupted so that the consumer raises it.
+    chore is kept in :attr:`error` for the driver to raise.
     """
 
-    def __init__(self, tick_s: float = 0.25, *, stages: str = "the lineage run") -> None:
+    def __init__(self, tick_s: float = 0.25) -> None:
         super().__init__(daemon=True, name="lineage-supervisor")
         self._helpers: list[tuple[Helper, Callable[[], Any]]] = []
         self._chores: list[Callable[[], None]] = []
@@ -139,7 +135,6 @@ class Supervisor(threading.Thread):
         self._tick = tick_s
         self.recreated = 0
         self.error: BaseException | None = None
-        self._stages = stages
 
     def watch(self, helper: Helper, create: Callable[[], Any]) -> None:
         """Re-create ``helper`` with ``create`` whenever it is found dead for good."""
@@ -155,22 +150,11 @@ class Supervisor(threading.Thread):
         self._chores.append(fn)
 
     def run(self) -> None:
-        answered = time.monotonic()
         while not self._stop.wait(self._tick):
             if not ray.is_initialized():
                 return
-            helpers = list(self._helpers)
-            if not helpers or any([self._check(h, create) for h, create in helpers]):
-                answered = time.monotonic()
-            elif time.monotonic() - answered > helper_timeout_s() and not self._stop.is_set():
-                self.error = HelperLostError(
-                    f"{self._stages}: no lineage helper actor answered for "
-                    f"{helper_timeout_s():.0f}s and none could be re-created: the Ray cluster of "
-                    "this driver is gone (its node or its GCS); the run cannot go on"
-                )
-                # A real signal: it also wakes a main thread blocked on a lock (interrupt_main would not).
-                os.kill(os.getpid(), signal.SIGINT)
-                return
+            for helper, create in list(self._helpers):
+                self._check(helper, create)
             for fn in self._chores:
                 try:
                     fn()
@@ -179,17 +163,15 @@ class Supervisor(threading.Thread):
                 except Exception as exc:  # noqa: BLE001 - handed to the driver
                     self.error = exc
 
-    def _check(self, helper: Helper, create: Callable[[], Any]) -> bool:
-        """True when ``helper`` answered; re-creates it when it is dead for good."""
+    def _check(self, helper: Helper, create: Callable[[], Any]) -> None:
+        """Re-create ``helper`` when it is dead for good."""
         try:
             handle = ray.get_actor(helper.name, namespace=helper.namespace)
             ray.get(handle.ping.remote(), timeout=5)
-            return True
         except (ActorDiedError, ValueError):  # ValueError: no actor of that name, dead and gone
             self._recreate(helper, create)
         except Exception:  # noqa: BLE001 - restarting, slow or unreachable: look again next tick
-            pass
-        return False
+            return
 
     def _recreate(self, helper: Helper, create: Callable[[], Any]) -> None:
         try:

@@ -124,8 +124,7 @@ class Execution:
         self._started = time.time()
         self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
         self._from_ray = plan.source.kind == "ray"
-        names = [s.name for s in plan.stages]
-        self._supervisor = Supervisor(stages=f"stage(s) {names}" if names else "the lineage run")
+        self._supervisor = Supervisor()
         self._supervisor.chore(self._chores)
         self._pass = _Pass(plan, self._supervisor)
         self._passes: list[_Pass] = []
@@ -267,10 +266,7 @@ class Execution:
             self._progress.start()
 
     def _raise(self, exc: BaseException) -> None:
-        """Re-raise ``exc`` as the consumer should see it: the supervisor's verdict, or a typed error."""
-        lost = self._supervisor.error
-        if isinstance(exc, KeyboardInterrupt) and lost is not None:
-            raise lost from None
+        """Re-raise ``exc`` as the consumer should see it: ours as themselves, Ray's as ExecutionError."""
         cause = getattr(exc, "cause", None)
         if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, LineageError):
             raise cause from None  # one of ours, raised in a worker: as itself, not in Ray's wrapper
