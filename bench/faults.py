@@ -15,10 +15,8 @@ exactly once, with the same outcome, cause and user values.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import re
-import signal
 import tempfile
 import threading
 import time
@@ -29,6 +27,7 @@ from typing import Any
 
 from bench.common import log, publish, scale_config, summarize
 from bench.measure import MemorySampler, ShardSink, read_timeline
+from bench.processes import is_internal, ray_workers, sigkill
 from bench.systems import Job, SystemRun, clean, lineage_pipeline
 from bench.workload import make_corpus
 
@@ -39,64 +38,6 @@ POLL_S = 0.02
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # Ray's own processes (Ray core, Ray Data): never killed.
-RAY_INTERNAL = (
-    "IDLE",
-    "DashboardAgent",
-    "RuntimeEnvAgent",
-    "_StatsActor",
-    "StatsActor",
-    "_StatsSummaryActor",
-    "AutoscalingRequester",
-    "_AutoscalingCoordinatorActor",
-    "SplitCoordinator",
-    "ActorLocationTracker",
-)
-
-
-# -- processes -------------------------------------------------------------------------------------
-
-
-def _ray_workers() -> dict[int, str]:
-    """``pid -> title`` of the ``ray::`` processes below this driver's raylet(s)."""
-    import psutil
-
-    out: dict[int, str] = {}
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.name() != "raylet":
-                continue
-            children = proc.children(recursive=True)
-        except psutil.Error:
-            continue
-        for child in children:
-            try:
-                title = " ".join(child.cmdline()).strip()
-            except psutil.Error:
-                continue
-            if title.startswith("ray::"):
-                out[child.pid] = title
-    return out
-
-
-def _internal(title: str) -> bool:
-    name = title.removeprefix("ray::")
-    return any(name == n or name.startswith((n + ".", n + " ")) for n in RAY_INTERNAL)
-
-
-def _sigkill(pid: int) -> bool:
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    except (psutil.NoSuchProcess, ProcessLookupError):
-        return False
-    except psutil.TimeoutExpired:
-        return False
-    return True
-
-
 def _gpu_batches(timeline_dir: Path, system: str) -> int:
     """GPU batches logged so far by ``system``'s simulated GPUs (one ``B`` line each)."""
     count = 0
@@ -129,7 +70,7 @@ class Killer(threading.Thread):
 
     def begin(self) -> None:
         """The faulted run starts now."""
-        self._before = _ray_workers()
+        self._before = ray_workers()
         self._t0 = time.time()
         self.start()
 
@@ -143,14 +84,14 @@ class Killer(threading.Thread):
     def _kill_one(self, mark: int) -> bool:
         busy = {
             pid: title
-            for pid, title in _ray_workers().items()
-            if not _internal(title) and self._before.get(pid) != title
+            for pid, title in ray_workers().items()
+            if not is_internal(title) and self._before.get(pid) != title
         }
         if not busy:
             return False
         pid = self.rng.choice(sorted(busy))
         at = time.time() - self._t0
-        if not _sigkill(pid):
+        if not sigkill(pid):
             return False
         self.kills.append(
             {"at_s": round(at, 3), "after_gpu_batches": mark, "pid": pid, "title": busy[pid]}

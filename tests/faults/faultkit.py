@@ -18,7 +18,6 @@ import hashlib
 import os
 import pathlib
 import random
-import signal
 import threading
 import time
 from collections import Counter
@@ -26,10 +25,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
 import pyarrow as pa
 
 import lineage_data as ld
+from bench.processes import is_internal, ray_workers, sigkill
 
 N_PARENTS = 48
 MAX_CHILDREN = 20
@@ -44,28 +43,6 @@ GROUP_FAILURE_PARENT = 3  # ordinal 0 returns GroupFailure -> parent SUPPRESSED 
 RECORD_FAILURE_PARENT = 8  # ordinal 0 returns RecordFailure -> parent SUPPRESSED "record-bad"
 EXPAND_FAILURE_PARENT = 17  # the expansion raises -> parent FAILED "ValueError: unreadable"
 
-# Ray's own actors/processes (Ray core, Ray Data), never the library's helpers.
-RAY_INTERNAL = (
-    "IDLE",
-    "DashboardAgent",
-    "RuntimeEnvAgent",
-    "_StatsActor",
-    "StatsActor",
-    "_StatsSummaryActor",
-    "_MemActor",
-    "AutoscalingRequester",
-    "_AutoscalingCoordinatorActor",
-    "AutoscalingCoordinator",
-    "SplitCoordinator",
-    "ActorLocationTracker",
-    "ShuffleFileServer",
-    "HashShuffleAggregator",
-    "HashShuffleActor",
-    "GPUShuffleActor",
-    "GPUHashAggregateActor",
-    "_BlockPretcher",
-    "_RandomAccessWorker",
-)
 POOL_ACTOR_PREFIX = "MapWorker"  # Ray Data's actor-pool workers
 
 
@@ -336,47 +313,6 @@ def describe_error(error: BaseException) -> str:
 # -- processes -------------------------------------------------------------------------------------
 
 
-def _title(proc: psutil.Process) -> str:
-    return " ".join(proc.cmdline()).strip()
-
-
-def raylets(root: psutil.Process | None = None) -> list[psutil.Process]:
-    """The raylet processes started below ``root`` (default: this driver)."""
-    root = root or psutil.Process()
-    found = []
-    for proc in root.children(recursive=True):
-        try:
-            if proc.name() == "raylet":
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
-
-
-def ray_workers(raylet_procs: list[psutil.Process] | None = None) -> dict[int, str]:
-    """``pid -> title`` of every ``ray::`` process below the given raylets (default: ours)."""
-    out: dict[int, str] = {}
-    for raylet in raylet_procs if raylet_procs is not None else raylets():
-        try:
-            children = raylet.children(recursive=True)
-        except psutil.Error:
-            continue
-        for proc in children:
-            try:
-                title = _title(proc)
-            except psutil.Error:
-                continue
-            if title.startswith("ray::"):
-                out[proc.pid] = title
-    return out
-
-
-def is_internal(title: str) -> bool:
-    """A Ray-internal or idle worker (never a target of the random kills)."""
-    name = title.removeprefix("ray::")
-    return any(name == n or name.startswith((n + ".", n + " ")) for n in RAY_INTERNAL)
-
-
 def busy_workers(before: dict[int, str] | None = None, pattern: Any = None) -> dict[int, str]:
     """Non-idle, non-internal ``ray::`` workers now; leftovers from before the run are left out."""
     before = before or {}
@@ -388,22 +324,6 @@ def busy_workers(before: dict[int, str] | None = None, pattern: Any = None) -> d
             continue
         out[pid] = title
     return out
-
-
-def sigkill(pid: int, timeout: float = 10.0) -> bool:
-    """SIGKILL ``pid`` and wait until it is gone; True when it was alive and is now dead."""
-    try:
-        proc = psutil.Process(pid)
-        os.kill(pid, signal.SIGKILL)
-    except (psutil.NoSuchProcess, ProcessLookupError):
-        return False
-    try:
-        proc.wait(timeout=timeout)
-    except psutil.TimeoutExpired:
-        return False
-    except psutil.NoSuchProcess:
-        pass
-    return True
 
 
 @dataclass
