@@ -134,6 +134,20 @@ def reference(plan: Plan) -> dict[str, tuple[str, dict | None, str | None]]:
     }
 
 
+def by_root(rows: list[dict]) -> dict[str, dict]:
+    """Output rows of a closed plan by root; a root seen twice fails the test."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        assert row["_lineage_root"] not in out, f"root {row['_lineage_root']} twice"
+        out[row["_lineage_root"]] = row
+    return out
+
+
+def status(row: dict) -> tuple:
+    """A row's (outcome, cause, stage)."""
+    return row["_lineage_outcome"], row["_lineage_cause"], row["_lineage_stage"]
+
+
 def user_part(row: dict) -> dict:
     """The user columns of an output row."""
     return {k: v for k, v in row.items() if not k.startswith("_lineage_")}

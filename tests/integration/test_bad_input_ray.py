@@ -7,18 +7,11 @@ import time
 
 import pytest
 import ray
+from reference import by_root, status
 
 import lineage_data as ld
 
 CONFLICT = "TypeConflict: column 'x' has int64 and string"
-
-
-def by_root(rows):
-    return {r["_lineage_root"]: r for r in rows}
-
-
-def status(row):
-    return row["_lineage_outcome"], row["_lineage_cause"], row["_lineage_stage"]
 
 
 def docs(n, pages):

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset  # noqa: F401 - pa.dataset
 import pytest
+from reference import by_root
 
 import lineage_data as ld
 from connectors.shards import read_dead_letter, read_shards, write_shards
@@ -55,14 +56,6 @@ def lose(monkeypatch):
         return lowered
 
     return set_plan
-
-
-def by_root(rows):
-    out = {}
-    for row in rows:
-        assert row[C.ROOT] not in out, f"root {row[C.ROOT]} twice"
-        out[row[C.ROOT]] = row
-    return out
 
 
 def test_a_root_lost_in_the_first_pass_is_repaired_and_the_output_is_the_clean_one(lose):

@@ -6,6 +6,7 @@ Run in-process (no Ray) through the same operators and state as a Ray run.
 import fsspec
 import pyarrow as pa
 import pytest
+from reference import by_root, status
 
 import lineage_data as ld
 from lineage_data._core import columns as C
@@ -13,14 +14,6 @@ from lineage_data._core.local import run_local
 from lineage_data._core.state import LineageState
 
 CONFLICT = "TypeConflict: column 'x' has int64 and string"
-
-
-def by_root(rows):
-    return {r["_lineage_root"]: r for r in rows}
-
-
-def status(row):
-    return row["_lineage_outcome"], row["_lineage_cause"], row["_lineage_stage"]
 
 
 def docs(n, pages):
