@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import coordinator, faults, longtail, overhead, poison
+from bench import coordinator, faults, longtail, overhead, poison, smallparents
 from bench.common import log
 from bench.measure import RESULTS_DIR, start_ray, warm_up
 
-BENCHES = ("longtail", "poison", "overhead", "coordinator")
+BENCHES = ("longtail", "poison", "overhead", "coordinator", "smallparents")
 # Not part of ``all``: it SIGKILLs processes of the Ray instance it runs on.
 EXTRA = ("faults",)
 GPUS = 4
@@ -33,6 +33,8 @@ def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return overhead.run(args.scale, out, seed=args.seed)
     if name == "faults":
         return faults.run(args.scale, out, seed=args.seed)
+    if name == "smallparents":
+        return smallparents.run(args.scale, out, seed=args.seed)
     return coordinator.run(args.scale, out, seed=args.seed)
 
 

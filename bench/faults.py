@@ -131,7 +131,7 @@ def _run(job: Job, system: str, killer: Killer | None = None) -> dict[str, Any]:
     if killer is not None:
         killer.begin()
     try:
-        for batch in ds.iter_batches():
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             sink.write(batch)
             for row in batch.to_pylist():
                 root = row[ld.ROOT]

@@ -31,17 +31,18 @@ def start_ray(gpus: int) -> bool:
     """
     import ray
 
+    import lineage_data as ld
+
     os.environ.setdefault("LINEAGE_DATA_PROGRESS", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        ld.init(address=address, log_to_driver=False)
     else:
-        ray.init(
+        ld.init(
             address="local",
-            num_cpus=8,
             num_gpus=gpus,
             include_dashboard=False,
             log_to_driver=False,

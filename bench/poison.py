@@ -32,7 +32,7 @@ ACTORS = 4
 def _sightings(
     seen: dict[str, set[int]], sizes: dict[str, int], poison: list[str]
 ) -> dict[str, Any]:
-    per_parent = []
+    per_parent: list[dict[str, Any]] = []
     for doc in poison:
         n = sizes[doc]
         ran = len(seen.get(doc, set()))

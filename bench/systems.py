@@ -1,7 +1,9 @@
 """The systems compared, each a function ``run_<system>(job) -> SystemRun`` over the same workload.
 
 - ``lineage_data``: ``expand_lineage -> map_batches(actor pool) -> reduce_lineage``, consumed with
-  ``iter_batches`` and written as shards as batches arrive.
+  ``iter_batches`` and written as shards as batches arrive (a driver-side writer).
+- ``lineage_data_shards``: the same plan written by ``connectors.shards.write_shards``, the product's
+  Datasink (Ray write tasks commit shards and manifest entries; local disk).
 - ``ray_data``: the natural Ray Data pipeline ``flat_map -> map_batches(actor pool) ->
   groupby(doc).map_groups(sort + assemble)``, consumed the same way, with Ray Data's defaults
   (hash shuffle, 200 partitions, aggregator actors).
@@ -10,9 +12,10 @@
 - ``floor``: ``flat_map -> map_batches`` with no regroup at all: what the GPUs alone cost.
 - ``daft``: the same pipeline in Daft (native runner: explode, class UDF, groupby list-agg), if installed.
 
-The Ray Data pipelines split the expanded children into blocks of :data:`ROWS_PER_BLOCK` rows, as
-lineage_data does internally, so a 427-child parent spreads over all GPU actors in every system and the
-comparison measures the regroup, not block sizing (see ``bench/README.md``).
+The Ray Data pipelines split the expanded children into blocks of one GPU batch (``cost.batch_size``
+rows), as lineage_data sizes its blocks after an expansion, so a 427-child parent spreads over all GPU
+actors in every system and the comparison measures the regroup, not block sizing (see
+``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from bench.workload import (
     expand_children,
 )
 
-ROWS_PER_BLOCK = 16
 SORT_SHUFFLE = "sort_shuffle_pull_based"
 DAFT_PATH_ENV = "LINEAGE_BENCH_DAFT_PATH"
 DAFT_DEFAULT_PATH = "/tmp/daftlib"
@@ -121,6 +123,7 @@ def lineage_pipeline(job: Job, system: str) -> Any:
             SimGPU,
             name="gpu",
             batch_size=cost.batch_size,
+            batch_format="pyarrow",
             concurrency=cost.gpus,
             num_gpus=1,
             num_cpus=0.25,
@@ -138,7 +141,8 @@ def run_lineage_data(job: Job, system: str = "lineage_data") -> SystemRun:
     sampler.start()
     start = time.time()
     ds = lineage_pipeline(job, system)
-    batches = ds.iter_batches()  # starts the coordinator and lowers the plan, before the first batch
+    # starts the coordinator and lowers the plan, before the first batch
+    batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")
     setup_s = time.time() - start
     run = _consume(system, job, ld.ROOT, lambda: batches, start, sampler)
     report = ds.report()
@@ -159,15 +163,57 @@ def run_lineage_data(job: Job, system: str = "lineage_data") -> SystemRun:
     return run
 
 
+def shard_rows(job: Job) -> int:
+    """Rows per shard of ``lineage_data_shards``: about 20 shards a run, so the first commits early."""
+    return max(1, len(job.corpus) // 20)
+
+
+def run_lineage_data_shards(job: Job, system: str = "lineage_data_shards") -> SystemRun:
+    """lineage_data written by its own Datasink (``connectors.shards.write_shards``) to local disk.
+
+    The product path: Ray write tasks commit Parquet shards and manifest entries while the pipeline
+    runs; nothing passes through the driver but the lineage accounting. The sink's figures come from
+    the manifest: ``first_output_s`` is the first committed shard, a parent's commit time its shard's.
+    """
+    from connectors.shards import read_manifest, write_shards
+
+    sampler = MemorySampler()
+    sampler.start()
+    start = time.time()
+    path = job.work_dir / system / "shards"
+    result = write_shards(lineage_pipeline(job, system), str(path), rows_per_shard=shard_rows(job))
+    end = time.time()
+    memory = sampler.stop()
+    entries = [e for e in read_manifest(str(path)).entries if e.run_id == result.run_id]
+    sink = ShardSink(job.work_dir / system / "unused", start, key=None)
+    sink.shards = len(result.shards)
+    sink.rows = result.rows + result.dead_letter_rows
+    sink.bytes = sum(e.bytes for e in entries)
+    sink.commits = {root: e.committed_at - start for e in entries for root in e.roots}
+    sink.first_output_s = min(sink.commits.values()) if sink.commits else None
+    run = SystemRun(system, start, end, sink, memory)
+    report = result.report
+    run.extra.update(
+        {
+            "rows_per_shard": shard_rows(job),
+            "first_shard_s": round(sink.first_output_s, 3) if sink.first_output_s is not None else None,
+            "dead_letter_rows": result.dead_letter_rows,
+            "coordinator_calls": report.coordinator_calls if report is not None else None,
+        }
+    )
+    return run
+
+
 # -- Ray Data --------------------------------------------------------------------------------------
 
 
 def _expanded(job: Job) -> Any:
     import ray
 
-    ds = ray.data.from_items(job.corpus)
+    ds: Any = ray.data.from_items(job.corpus)
     ds = ds.flat_map(expand_children, fn_kwargs={"cost": job.cost.as_dict()})
-    return ds.repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
+    # one GPU batch per block, as lineage_data sizes the blocks after an expansion (_core.blocks)
+    return ds.repartition(target_num_rows_per_block=job.cost.batch_size)
 
 
 def _gpu(ds: Any, job: Job, system: str) -> Any:
@@ -251,7 +297,7 @@ def run_per_document(job: Job, system: str = "per_document") -> SystemRun:
     sampler = MemorySampler()
     sampler.start()
     start = time.time()
-    ds = ray.data.from_items(job.corpus, override_num_blocks=len(job.corpus))
+    ds: Any = ray.data.from_items(job.corpus, override_num_blocks=len(job.corpus))
     ds = ds.map_batches(
         PerDocument,
         fn_constructor_kwargs={
@@ -341,6 +387,7 @@ SYSTEMS: dict[str, Callable[[Job], SystemRun]] = {
     "ray_data": run_ray_data,
     "ray_data_tuned": run_ray_data_tuned,
     "lineage_data": run_lineage_data,
+    "lineage_data_shards": run_lineage_data_shards,
     "per_document": run_per_document,
     "daft": run_daft,
 }

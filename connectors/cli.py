@@ -1,9 +1,12 @@
 """The ``lineage-data`` command: run a pipeline, report on a finished output, inspect one root.
 
-lineage-data run pdf --input s3://corpus/pdfs/ --output s3://corpus/shards/pdf
-lineage-data run my_pipeline.py --my-flag        # a user pipeline file, run as __main__
+lineage-data run my_pipeline.py --my-flag        # a pipeline file, run as __main__
+lineage-data run -m examples.pdf_to_shards --input s3://corpus/pdfs/ --output s3://corpus/shards/pdf
 lineage-data report s3://corpus/shards/pdf --png timeline.png
 lineage-data inspect s3://corpus/shards/pdf s3://corpus/pdfs/a.pdf
+
+A library error (``LineageError``: refused S3 credentials, a missing bucket, a plan error ...) is
+printed as one line on stderr, with exit status 1.
 """
 
 from __future__ import annotations
@@ -18,50 +21,41 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.shards import REPORTS_DIR
-
-EXAMPLES = {"pdf": "pdf_to_shards", "video": "video_to_shards"}
-
-
-def _example_path(name: str) -> pathlib.Path:
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / f"{EXAMPLES[name]}.py"
-    if not path.exists():
-        raise SystemExit(
-            f"example {name!r} not found at {path}: run from a source checkout of lineage_data"
-        )
-    return path
+from lineage_data._core.errors import LineageError
+from lineage_data.storage import resolve_filesystem, s3_errors
 
 
-def cmd_run(target: str, args: Sequence[str]) -> int:
-    """Run an example pipeline (``pdf``, ``video``) or a user pipeline file with a progress line."""
+def cmd_run(target: str, args: Sequence[str], *, module: bool = False) -> int:
+    """Run a pipeline file (or, with ``module``, a module as ``python -m`` does) as ``__main__``."""
     os.environ.setdefault("LINEAGE_DATA_PROGRESS", "1")
-    path = _example_path(target) if target in EXAMPLES else pathlib.Path(target)
-    if not path.exists():
-        raise SystemExit(f"no pipeline file {target!r} (examples: {', '.join(EXAMPLES)})")
-    root = str(path.resolve().parents[1])
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    sys.argv = [str(path), *args]
+    if not module and not pathlib.Path(target).is_file():
+        raise SystemExit(f"lineage-data: no pipeline file {target!r} (a module: run -m NAME)")
+    if module and "" not in sys.path:
+        sys.path.insert(0, "")  # as python -m: modules of the working directory are found
+    sys.argv = [target, *args]
     try:
-        runpy.run_path(str(path), run_name="__main__")
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     return 0
 
 
 def _fs(path: str) -> Any:
-    from connectors.s3 import resolve_filesystem
-
     return resolve_filesystem(path)[0]
 
 
 def load_reports(path: str, fs: Any) -> list[dict]:
     """Run reports saved beside the shards, oldest first."""
     base = f"{path.rstrip('/')}/{REPORTS_DIR}"
-    try:
-        names = sorted(fs.glob(f"{fs._strip_protocol(base)}/*.json"))
-    except FileNotFoundError:
-        return []
-    return [json.loads(fs.cat_file(name)) for name in names]
+    with s3_errors(path, fs):
+        try:
+            names = sorted(fs.glob(f"{fs._strip_protocol(base)}/*.json"))
+        except FileNotFoundError:
+            return []
+        return [json.loads(fs.cat_file(name)) for name in names]
 
 
 def summarize(path: str) -> dict[str, Any]:
@@ -162,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lineage-data`` console script."""
     parser = argparse.ArgumentParser(prog="lineage-data", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an example pipeline (pdf, video) or a pipeline file")
+    run = sub.add_parser("run", help="run a pipeline file, or a module with -m")
+    run.add_argument("-m", dest="module", action="store_true", help="TARGET is a module name")
     run.add_argument("target")
     run.add_argument("args", nargs=argparse.REMAINDER)
     report = sub.add_parser("report", help="summarize a finished output")
@@ -175,11 +170,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect.add_argument("path")
     inspect.add_argument("root")
     args = parser.parse_args(argv)
-    if args.command == "run":
-        return cmd_run(args.target, args.args)
-    if args.command == "report":
-        return cmd_report(args.path, png=args.png, as_json=args.json)
-    return cmd_inspect(args.path, args.root)
+    try:
+        if args.command == "run":
+            return cmd_run(args.target, args.args, module=args.module)
+        if args.command == "report":
+            return cmd_report(args.path, png=args.png, as_json=args.json)
+        return cmd_inspect(args.path, args.root)
+    except LineageError as exc:  # a message written for people: no traceback
+        print(f"lineage-data: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

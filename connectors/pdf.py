@@ -102,7 +102,7 @@ def render_pages(
         ImportError: pypdfium2 (or pillow, when rendering) is not installed.
 
     Example:
-        >>> from connectors.testing import make_pdf
+        >>> from connectors.testing.corpus import make_pdf
         >>> pages = list(render_pages({"bytes": make_pdf(2, title="a")}, render=False))
         >>> [(p["page_index"], p["page_count"], p["text"].splitlines()[0]) for p in pages]
         [(0, 2, 'Document a page 1 of 2'), (1, 2, 'Document a page 2 of 2')]
@@ -118,27 +118,21 @@ class PdfPages:
     bad option fails when the plan is built rather than on the first document.
 
     Example:
-        >>> from connectors.testing import make_pdf
+        >>> from connectors.testing.corpus import make_pdf
         >>> expand = PdfPages(render=False)
         >>> len(list(expand({"bytes": make_pdf(3)})))
         3
     """
 
-    def __init__(
-        self,
-        *,
-        dpi: float = 72,
-        max_pixels: int = 4_000_000,
-        max_pages: int | None = 2000,
-        max_bytes: int | None = 512 * _MiB,
-        render: bool = True,
-        image_format: str = "png",
-    ) -> None:
-        self._options = _PageOptions(dpi, max_pixels, max_pages, max_bytes, render, image_format)
+    def __init__(self, **options: Any) -> None:
+        render_pages(
+            {}, **options
+        )  # checks the options now; a generator reads nothing until next()
+        self._options = options
 
     def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Expand one PDF row into its pages; see :func:`render_pages`."""
-        return _iter_pages(row, self._options)
+        return render_pages(row, **self._options)
 
 
 class _PageOptions:

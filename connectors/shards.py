@@ -10,9 +10,8 @@ payload bytes go from the Ray write tasks straight to storage, never through the
 
 A data file is written under a fresh unique name first; the manifest entry naming it is written
 only once the file is complete, and that entry is the commit point (an S3 PUT is atomic; on a local
-disk the entry is written under a temporary name and renamed). Readers (:func:`read_shards`,
-:func:`read_dead_letter`, :func:`committed_roots`) look at manifest entries only, so a file left by
-a run that died before its entry is invisible (:func:`remove_orphans` deletes such files).
+disk the entry is written under a temporary name and renamed). The readers live in
+:mod:`connectors.manifest` (re-exported here): they trust manifest entries only.
 
 Exactly-once: an entry's name hashes the run id, the kind and the sorted roots of its file, so a Ray
 write task retried inside one run commits nothing twice; a new run excludes the committed roots from
@@ -26,127 +25,63 @@ shard leaves :func:`read_dead_letter`, one that fails again shows its newest dea
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from connectors.s3 import resolve_filesystem
+from connectors.manifest import (
+    DEAD_LETTER,
+    DEAD_LETTER_DIR,
+    DEAD_LETTER_SCHEMA,
+    MANIFEST_DIR,
+    REPORTS_DIR,
+    SHARD,
+    Manifest,
+    ManifestEntry,
+    ShardError,
+    committed_roots,
+    concat_tables,
+    join_path,
+    load_manifest,
+    read_dead_letter,
+    read_manifest,
+    read_shards,
+    remove_orphans,
+)
+from connectors.s3 import check_access, resolve_filesystem, s3_errors
 from lineage_data._core import columns as C
 from lineage_data._core.errors import LineageError, PlanError
+
+MiB = 1 << 20
 
 if TYPE_CHECKING:
     from lineage_data.dataset import LineageDataset
     from lineage_data.report import RunReport
 
 __all__ = [
-    "DEAD_LETTER_SCHEMA", "Manifest", "ManifestEntry", "ShardError", "ShardResult", "ShardWriter",
-    "committed_roots", "read_dead_letter", "read_manifest", "read_shards", "remove_orphans",
+    "DEAD_LETTER_SCHEMA",
+    "REPORTS_DIR",
+    "Manifest",
+    "ManifestEntry",
+    "ShardError",
+    "ShardResult",
+    "ShardWriter",
+    "committed_roots",
+    "read_dead_letter",
+    "read_manifest",
+    "read_shards",
+    "remove_orphans",
     "write_shards",
 ]
 
-MANIFEST_DIR = "_manifest"
-DEAD_LETTER_DIR = "_dead_letter"
-MANIFEST_VERSION = 1
-SHARD = "shard"
-DEAD_LETTER = "dead_letter"
-MiB = 1 << 20
-
-DEAD_LETTER_SCHEMA = pa.schema([
-    pa.field("root", pa.string(), nullable=False), pa.field("stage", pa.string()),
-    pa.field("outcome", pa.string(), nullable=False), pa.field("cause", pa.string()),
-    pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
-    pa.field("run_id", pa.string(), nullable=False),
-])
-"""Columns of the dead-letter table (one row per root that did not end PRESENT)."""
-
 _KEEP_RESERVED = (C.ROOT, C.MISSING)
-
-
-class ShardError(LineageError):
-    """The shard directory cannot be used as asked (e.g. it holds shards and resume is off)."""
-
-
-@dataclass(frozen=True)
-class ManifestEntry:
-    """One commit record: ``path/_manifest/<entry>.json``, written after its file is complete.
-
-    Attributes:
-        entry: Hash of ``run_id``, ``kind`` and the sorted roots; also the JSON file's name.
-        kind: ``"shard"`` or ``"dead_letter"``.
-        file: The data file, relative to the shard directory.
-        rows: Rows in the file.
-        bytes: Size of the file in bytes.
-        roots: The lineage roots the file holds, in file order.
-        run_id: The :func:`write_shards` call that wrote it.
-        committed_at: Unix time at which the entry was written.
-        version: Manifest format version.
-    """
-
-    entry: str
-    kind: str
-    file: str
-    rows: int
-    bytes: int
-    roots: tuple[str, ...]
-    run_id: str
-    committed_at: float
-    version: int = MANIFEST_VERSION
-
-    def to_json(self) -> bytes:
-        """The entry as UTF-8 JSON."""
-        raw = {**asdict(self), "roots": list(self.roots)}
-        return json.dumps(raw, separators=(",", ":")).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes | str) -> ManifestEntry:
-        """Parse an entry written by :meth:`to_json` (:class:`ShardError` if its version is new)."""
-        raw = json.loads(data)
-        if int(raw.get("version", 1)) > MANIFEST_VERSION:
-            raise ShardError(f"manifest entry {raw.get('entry')}: unknown version {raw['version']}")
-        raw["roots"] = tuple(raw["roots"])
-        return cls(**raw)
-
-    @staticmethod
-    def name_for(run_id: str, kind: str, roots: Iterable[str]) -> str:
-        """The deterministic entry name: a retried write of the same rows maps to the same entry."""
-        digest = hashlib.sha256(f"{run_id}\n{kind}\n".encode())
-        digest.update("\n".join(sorted(roots)).encode())
-        return digest.hexdigest()[:32]
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """Every committed entry of one shard directory, oldest first."""
-
-    entries: tuple[ManifestEntry, ...]
-
-    @property
-    def shards(self) -> tuple[ManifestEntry, ...]:
-        """Shard entries, oldest first."""
-        return tuple(e for e in self.entries if e.kind == SHARD)
-
-    @property
-    def dead_letters(self) -> tuple[ManifestEntry, ...]:
-        """Dead-letter entries, oldest first."""
-        return tuple(e for e in self.entries if e.kind == DEAD_LETTER)
-
-    @property
-    def present_roots(self) -> set[str]:
-        """Roots committed to a shard."""
-        return {root for e in self.shards for root in e.roots}
-
-    @property
-    def committed_roots(self) -> set[str]:
-        """Roots with any committed outcome: in a shard or in the dead-letter table."""
-        return {root for e in self.entries for root in e.roots}
 
 
 @dataclass(frozen=True)
@@ -172,10 +107,6 @@ class ShardResult:
     run_id: str
 
 
-def _join(*parts: str) -> str:
-    return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts) if p)
-
-
 def _check_sizes(rows: int, max_bytes: int, row_group_rows: int | None) -> None:
     if rows < 1 or max_bytes < 1 or (row_group_rows is not None and row_group_rows < 1):
         raise ValueError("rows_per_shard, max_bytes_per_shard and row_group_rows must be positive")
@@ -188,13 +119,9 @@ def _put_atomic(fs: Any, path: str, data: bytes) -> None:
         fs.pipe_file(path, data)
         return
     parent, _, name = path.rpartition("/")
-    tmp = _join(parent, f".tmp-{uuid.uuid4().hex}-{name}")
+    tmp = join_path(parent, f".tmp-{uuid.uuid4().hex}-{name}")
     fs.pipe_file(tmp, data)
     fs.mv(tmp, path)
-
-
-def _concat(tables: list[pa.Table]) -> pa.Table:
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
 def _fit(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
@@ -203,7 +130,8 @@ def _fit(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
         return None
     try:
         arrays = [
-            table[f.name].cast(f.type) if f.name in table.column_names
+            table[f.name].cast(f.type)
+            if f.name in table.column_names
             else pa.nulls(table.num_rows, f.type)
             for f in schema
         ]
@@ -246,14 +174,17 @@ class ShardWriter:
         _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
         self._fs, self._path, self._run_id, self._clock = fs, path.rstrip("/"), run_id, clock
         self._rows_per_shard, self._max_bytes, self._row_group_rows = (
-            rows_per_shard, max_bytes_per_shard, row_group_rows,
+            rows_per_shard,
+            max_bytes_per_shard,
+            row_group_rows,
         )
         self._pending: list[pa.Table] = []  # rows of the next row group
         self._pending_rows = self._shard_rows = self._shard_bytes = 0  # shard: written + pending
         self._roots: list[str] = []  # roots written to the open shard's file so far
         self._file: Any = None
         self._writer: pq.ParquetWriter | None = None
-        self._name, self._dead = "", []
+        self._name = ""
+        self._dead: list[pa.Table] = []
         self.committed: list[ManifestEntry] = []
 
     def add(self, table: pa.Table) -> None:
@@ -274,9 +205,14 @@ class ShardWriter:
         cause = dead[C.CAUSE] if C.CAUSE in dead.column_names else pa.nulls(n, pa.string())
         now = pa.scalar(int(self._clock() * 1e6), pa.timestamp("us", tz="UTC"))
         return pa.Table.from_arrays(
-            [dead[C.ROOT].cast(pa.string()), stage.cast(pa.string()),
-             dead[C.OUTCOME].cast(pa.string()), cause.cast(pa.string()),
-             pa.array([now.value] * n, now.type), pa.array([self._run_id] * n, pa.string())],
+            [
+                dead[C.ROOT].cast(pa.string()),
+                stage.cast(pa.string()),
+                dead[C.OUTCOME].cast(pa.string()),
+                cause.cast(pa.string()),
+                pa.array([now.value] * n, now.type),
+                pa.array([self._run_id] * n, pa.string()),
+            ],
             schema=DEAD_LETTER_SCHEMA,
         )
 
@@ -315,7 +251,7 @@ class ShardWriter:
     def _flush_row_group(self) -> None:
         if not self._pending:
             return
-        table = _concat(self._pending)
+        table = concat_tables(self._pending)
         if self._writer is not None:
             fitted = _fit(table, self._writer.schema)
             if fitted is None:  # the columns changed: close this shard, the rows open the next one
@@ -326,7 +262,7 @@ class ShardWriter:
                 table = fitted
         if self._writer is None:
             self._name = f"part-{uuid.uuid4().hex}.parquet"
-            self._file = self._fs.open(_join(self._path, self._name), "wb")
+            self._file = self._fs.open(join_path(self._path, self._name), "wb")
             self._writer = pq.ParquetWriter(self._file, table.schema)
         group = self._row_group_rows or max(table.num_rows, 1)
         self._writer.write_table(table, row_group_size=group)
@@ -350,14 +286,19 @@ class ShardWriter:
 
     def _commit(self, kind: str, file: str, roots: tuple[str, ...], size: int) -> None:
         entry = ManifestEntry(
-            entry=ManifestEntry.name_for(self._run_id, kind, roots), kind=kind, file=file,
-            rows=len(roots), bytes=size, roots=roots, run_id=self._run_id,
+            entry=ManifestEntry.name_for(self._run_id, kind, roots),
+            kind=kind,
+            file=file,
+            rows=len(roots),
+            bytes=size,
+            roots=roots,
+            run_id=self._run_id,
             committed_at=self._clock(),
         )
-        target = _join(self._path, MANIFEST_DIR, f"{entry.entry}.json")
+        target = join_path(self._path, MANIFEST_DIR, f"{entry.entry}.json")
         self._fs.invalidate_cache(target)
         if self._fs.exists(target):  # a retried write task: these rows are committed already
-            self._fs.rm(_join(self._path, file))
+            self._fs.rm(join_path(self._path, file))
             return
         _put_atomic(self._fs, target, entry.to_json())
         self.committed.append(entry)
@@ -366,9 +307,9 @@ class ShardWriter:
         """Commit the open shard and the dead-letter rows; return the entries committed."""
         self._finish_shard()
         if self._dead:
-            table = _concat(self._dead)
-            name = _join(DEAD_LETTER_DIR, f"part-{uuid.uuid4().hex}.parquet")
-            with self._fs.open(_join(self._path, name), "wb") as f:
+            table = concat_tables(self._dead)
+            name = join_path(DEAD_LETTER_DIR, f"part-{uuid.uuid4().hex}.parquet")
+            with self._fs.open(join_path(self._path, name), "wb") as f:
                 pq.write_table(table, f)
                 size = f.tell()
             self._dead = []
@@ -385,6 +326,8 @@ def _datasink_class() -> type:
     class ShardDatasink(Datasink):
         """Runs one :class:`ShardWriter` per Ray write task (one input bundle)."""
 
+        lineage_stage_column = True  # the dead-letter table names the stage a root failed at
+
         def __init__(self, fs: Any, path: str, **writer_kwargs: Any) -> None:
             self._fs, self._path, self._kwargs = fs, path, writer_kwargs
 
@@ -398,111 +341,13 @@ def _datasink_class() -> type:
 
             A task that raises leaves at most an uncommitted file (an orphan readers ignore).
             """
-            writer = ShardWriter(self._fs, self._path, **self._kwargs)
-            for block in blocks:
-                writer.add(BlockAccessor.for_block(block).to_arrow())
-            return [e.entry for e in writer.close()]
+            with s3_errors(self._path, self._fs):
+                writer = ShardWriter(self._fs, self._path, **self._kwargs)
+                for block in blocks:
+                    writer.add(BlockAccessor.for_block(block).to_arrow())
+                return [e.entry for e in writer.close()]
 
     return ShardDatasink
-
-
-def _manifest(fs: Any, path: str) -> Manifest:
-    directory = _join(path, MANIFEST_DIR)
-    fs.invalidate_cache(directory)
-    if not fs.exists(directory):
-        return Manifest(())
-    names = [
-        p for p in fs.ls(directory, detail=False)
-        if p.endswith(".json") and not p.rpartition("/")[2].startswith(".")
-    ]
-    blobs = fs.cat(names) if names else {}
-    entries = [ManifestEntry.from_json(blobs[name]) for name in names]
-    return Manifest(tuple(sorted(entries, key=lambda e: (e.committed_at, e.entry))))
-
-
-def read_manifest(path: str, *, filesystem: Any = None) -> Manifest:
-    """The committed manifest entries of a shard directory (empty if there is none)."""
-    fs, root = resolve_filesystem(path, filesystem)
-    return _manifest(fs, root)
-
-
-def committed_roots(path: str, *, filesystem: Any = None) -> set[str]:
-    """Roots with a committed outcome under ``path``: in a shard or in the dead-letter table."""
-    return read_manifest(path, filesystem=filesystem).committed_roots
-
-
-def _read_files(fs: Any, path: str, entries: Iterable[ManifestEntry], columns: Any) -> list:
-    return [pq.read_table(_join(path, e.file), filesystem=fs, columns=columns) for e in entries]
-
-
-def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None = None) -> pa.Table:
-    """The rows of every shard listed in the manifest (orphan files are ignored), oldest first.
-
-    A root is returned once even if two entries list it (:func:`write_shards` never does that).
-
-    Args:
-        path: The shard directory.
-        filesystem: An fsspec (or pyarrow) filesystem; inferred from ``path`` when None.
-        columns: Columns to read (``_lineage_root`` is always read).
-
-    Returns:
-        One Arrow table; shards with different user columns are merged, missing values are null.
-    """
-    fs, root = resolve_filesystem(path, filesystem)
-    entries = _manifest(fs, root).shards
-    if columns is not None and C.ROOT not in columns:
-        columns = [C.ROOT, *columns]
-    tables, seen = [], set()
-    for entry, table in zip(entries, _read_files(fs, root, entries, columns), strict=True):
-        again = seen.intersection(entry.roots)
-        if again:
-            table = table.filter(pc.invert(pc.is_in(table[C.ROOT], pa.array(sorted(again)))))
-        seen.update(entry.roots)
-        tables.append(table)
-    if not tables:
-        return pa.table({C.ROOT: pa.array([], pa.string())})
-    return _concat(tables)
-
-
-def read_dead_letter(path: str, *, filesystem: Any = None) -> pa.Table:
-    """The dead-letter table (:data:`DEAD_LETTER_SCHEMA`): one row per root not ending PRESENT.
-
-    A root dead-lettered twice shows its newest row; one that a later run (``retry_failed=True``)
-    committed to a shard is left out.
-    """
-    fs, root = resolve_filesystem(path, filesystem)
-    manifest = _manifest(fs, root)
-    tables = _read_files(fs, root, manifest.dead_letters, None)
-    superseded = set(manifest.present_roots)
-    kept = []
-    for table in reversed(tables):  # newest first: an older row of the same root is superseded
-        roots = table["root"].to_pylist()
-        keep = [i for i, r in enumerate(roots) if r not in superseded]
-        superseded.update(roots)
-        kept.append(table.take(pa.array(keep, pa.int64())).cast(DEAD_LETTER_SCHEMA))
-    if not kept:
-        return DEAD_LETTER_SCHEMA.empty_table()
-    return pa.concat_tables(kept[::-1])
-
-
-def remove_orphans(path: str, *, filesystem: Any = None) -> list[str]:
-    """Delete the data files no manifest entry names (left by a killed run) and return their paths.
-
-    Only while no writer runs on ``path``: the files of a running writer are not committed yet.
-    """
-    fs, root = resolve_filesystem(path, filesystem)
-    listed = {_join(root, e.file) for e in _manifest(fs, root).entries}
-    fs.invalidate_cache(root)
-    patterns = ("part-*.parquet", f"{DEAD_LETTER_DIR}/part-*", f"{MANIFEST_DIR}/.tmp-*")
-    candidates = [p for pattern in patterns for p in fs.glob(_join(root, pattern))]
-    listed = {fs._strip_protocol(p) for p in listed}
-    orphans = [p for p in candidates if fs._strip_protocol(p) not in listed]
-    for p in orphans:
-        fs.rm(p)
-    return orphans
-
-
-REPORTS_DIR = "_reports"
 
 
 def _save_report(fs: Any, root: str, run: LineageDataset, run_id: str) -> None:
@@ -511,8 +356,10 @@ def _save_report(fs: Any, root: str, run: LineageDataset, run_id: str) -> None:
         report = run.report()
     except LineageError:
         return  # the run failed before it produced a report
-    fs.makedirs(_join(root, REPORTS_DIR), exist_ok=True)
-    _put_atomic(fs, _join(root, REPORTS_DIR, f"{run_id}.json"), json.dumps(report.to_dict()).encode())
+    fs.makedirs(join_path(root, REPORTS_DIR), exist_ok=True)
+    _put_atomic(
+        fs, join_path(root, REPORTS_DIR, f"{run_id}.json"), json.dumps(report.to_dict()).encode()
+    )
 
 
 def write_shards(
@@ -525,6 +372,7 @@ def write_shards(
     row_group_rows: int | None = None,
     resume: bool = True,
     retry_failed: bool = False,
+    create_bucket: bool = False,
 ) -> ShardResult:
     """Run ``ds`` and write its rows as Parquet shards under ``path``, exactly once per root.
 
@@ -542,6 +390,8 @@ def write_shards(
         row_group_rows: Rows per Parquet row group; None writes each shard as one row group.
         resume: Skip roots already committed under ``path``. False refuses a path that holds any.
         retry_failed: Also run the roots in the dead-letter table again (only with ``resume``).
+        create_bucket: On S3, create the bucket of ``path`` if it does not exist; by default a
+            missing bucket is an error (a mistyped name must not become a new bucket).
 
     Returns:
         A :class:`ShardResult` for this call.
@@ -549,33 +399,50 @@ def write_shards(
     Raises:
         PlanError: ``ds`` is not a closed plan.
         ShardError: ``resume=False`` and ``path`` already holds committed entries.
+        S3AccessError: S3 refused the credentials (raised before anything runs).
+        S3BucketNotFoundError: The bucket does not exist and ``create_bucket`` is False.
         ValueError: A size argument is not positive.
     """
     if ds.level != 0:
         raise PlanError(f"write_shards needs a closed plan (level 0), got level {ds.level}")
     _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
     fs, root = resolve_filesystem(path, filesystem)
-    before = _manifest(fs, root)
+    check_access(fs, root, create_bucket=create_bucket)
+    with s3_errors(path, fs):
+        before = load_manifest(fs, root)
+        for directory in (MANIFEST_DIR, DEAD_LETTER_DIR):
+            fs.makedirs(join_path(root, directory), exist_ok=True)
     if before.entries and not resume:
-        raise ShardError(f"{path} already holds {len(before.entries)} committed entries: "
-                         "pass resume=True, or write to a new path")
+        raise ShardError(
+            f"{path} already holds {len(before.entries)} committed entries: "
+            "pass resume=True, or write to a new path"
+        )
     skip = before.present_roots if retry_failed else before.committed_roots
     run = ds.exclude_roots(skip) if skip else ds
     run_id = uuid.uuid4().hex
-    for directory in (MANIFEST_DIR, DEAD_LETTER_DIR):
-        fs.makedirs(_join(root, directory), exist_ok=True)
     sink = _datasink_class()(
-        fs, root, run_id=run_id, rows_per_shard=rows_per_shard,
-        max_bytes_per_shard=max_bytes_per_shard, row_group_rows=row_group_rows,
+        fs,
+        root,
+        run_id=run_id,
+        rows_per_shard=rows_per_shard,
+        max_bytes_per_shard=max_bytes_per_shard,
+        row_group_rows=row_group_rows,
     )
     try:
         run.write_datasink(sink, rows_per_write=rows_per_shard)
     finally:
-        _save_report(fs, root, run, run_id)
-    mine = [e for e in _manifest(fs, root).entries if e.run_id == run_id]
+        with s3_errors(path, fs):
+            _save_report(fs, root, run, run_id)
+    with s3_errors(path, fs):
+        mine = [e for e in load_manifest(fs, root).entries if e.run_id == run_id]
     shards = [e for e in mine if e.kind == SHARD]
     dead = sum(e.rows for e in mine if e.kind == DEAD_LETTER)
     return ShardResult(
-        tuple(e.file for e in shards), sum(e.rows for e in shards), dead, len(skip),
-        _join(path, MANIFEST_DIR), run.report(), run_id,
+        tuple(e.file for e in shards),
+        sum(e.rows for e in shards),
+        dead,
+        len(skip),
+        join_path(path, MANIFEST_DIR),
+        run.report(),
+        run_id,
     )

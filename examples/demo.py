@@ -1,11 +1,12 @@
 """``make demo``: the main job end to end on this machine, then a report.
 
-Starts a local S3 server (SeaweedFS on loopback) and local Ray, generates a small long-tailed PDF corpus and a
-few short videos with some bad files, uploads them, runs both example pipelines into Parquet shards on that S3,
-prints the report, and stops what it started. Its last two lines are ``shards: <uri>`` and
-``parents: <N> committed, <M> failed``.
+Starts a local S3 server (SeaweedFS on loopback, with keys that botocore reads from the ``AWS_*``
+variables, as the Ray workers do) and local Ray, generates a small long-tailed PDF corpus and a few
+short videos with some bad files, uploads them, runs both example pipelines into Parquet shards on
+that S3, prints the report, and stops what it started. Its last two lines are ``shards: <uri>``
+and ``parents: <N> committed, <M> failed``.
 
-    python -m examples.demo [--pdfs 24] [--videos 4] [--bad 4] [--workdir demo_out]
+    python -m examples.demo [--pdfs 24] [--videos 4] [--bad 9] [--workdir demo_out]
 """
 
 from __future__ import annotations
@@ -19,56 +20,77 @@ import time
 BUCKET = "corpus"
 
 
-def _upload(settings, args) -> dict:
-    from connectors.s3 import s3_filesystem
-    from connectors.testing import write_corpus
+def _upload(args) -> dict:
+    from connectors.testing.corpus import write_corpus
 
-    fs = s3_filesystem(settings)
     return write_corpus(
-        f"s3://{BUCKET}/input", n_pdfs=args.pdfs, n_bad=args.bad, n_videos=args.videos, seed=args.seed,
-        fs=fs, max_pages=args.max_pages, mean_pages=args.mean_pages,
+        f"s3://{BUCKET}/input",
+        n_pdfs=args.pdfs,
+        n_bad=args.bad,
+        n_videos=args.videos,
+        seed=args.seed,
+        max_pages=args.max_pages,
+        mean_pages=args.mean_pages,
     )
 
 
-def _run(args, manifest: dict) -> tuple[int, int, list[str]]:
-    from connectors.cli import cmd_report
-    from connectors.s3 import resolve_filesystem
+def _read_back(out: str) -> None:
+    """What a reader of ``out`` finds: committed shard rows and dead letters, from the manifest."""
+    from connectors.shards import read_dead_letter, read_shards
+
+    print(
+        f"read back from {out}: {read_shards(out).num_rows} shard rows, "
+        f"{read_dead_letter(out).num_rows} dead letters"
+    )
+
+
+def _run(args) -> tuple[int, int]:
     from connectors.shards import write_shards
     from examples import pdf_to_shards, video_to_shards
     from examples._cli import start_ray
 
     start_ray(None)
-    inputs = f"s3://{BUCKET}/input"
-    fs = resolve_filesystem(inputs)[0]
+    inputs = f"s3://{BUCKET}/input"  # s3fs finds the server and the keys in the AWS_* variables
     jobs = [
-        ("pdf", pdf_to_shards.build([f"{inputs}/pdfs/", f"{inputs}/bad/*.pdf"], filesystem=fs,
-                                    concurrency=2, batch_size=16)),
+        (
+            "pdf",
+            pdf_to_shards.build(
+                [f"{inputs}/pdfs/", f"{inputs}/bad/*.pdf"], concurrency=2, batch_size=16
+            ),
+        )
     ]
     if args.videos:
-        jobs.append(("video", video_to_shards.build([f"{inputs}/videos/", f"{inputs}/bad/*.mp4"], filesystem=fs,
-                                                    concurrency=2, batch_size=16)))
+        jobs.append(
+            (
+                "video",
+                video_to_shards.build(
+                    [f"{inputs}/videos/", f"{inputs}/bad/*.mp4"], concurrency=2, batch_size=16
+                ),
+            )
+        )
     committed = failed = 0
-    outputs = []
     for name, ds in jobs:
         out = f"s3://{BUCKET}/shards/{name}"
         started = time.time()
-        result = write_shards(ds, out, rows_per_shard=args.rows_per_shard, filesystem=fs)
-        print(f"\n== {name}: {result.rows} rows in {len(result.shards)} shard(s), "
-              f"{result.dead_letter_rows} dead letter(s), {time.time() - started:.1f}s")
+        result = write_shards(ds, out, rows_per_shard=args.rows_per_shard)
+        print(
+            f"\n== {name}: {result.rows} rows in {len(result.shards)} shard(s), "
+            f"{result.dead_letter_rows} dead letter(s), {time.time() - started:.1f}s"
+        )
         print(result.report.summary())
-        cmd_report(out, png=str(pathlib.Path(args.workdir) / f"{name}-timeline.png"), as_json=False)
+        _read_back(out)
+        png = pathlib.Path(args.workdir) / f"{name}-timeline.png"
+        result.report.plot_timeline(str(png))
+        print(f"timeline: {png}")
         committed += result.rows
         failed += result.dead_letter_rows
-        outputs.append(out)
-    return committed, failed, outputs
+    return committed, failed
 
 
-def _mirror(settings, workdir: pathlib.Path) -> pathlib.Path:
+def _mirror(server, workdir: pathlib.Path) -> pathlib.Path:
     """Copy the shards to local disk: the S3 server stops when the demo ends."""
-    from connectors.s3 import s3_filesystem
-
     local = workdir / "shards"
-    s3_filesystem(settings).get(f"{BUCKET}/shards", str(local), recursive=True)
+    server.filesystem().get(f"{BUCKET}/shards", str(local), recursive=True)
     return local
 
 
@@ -87,21 +109,25 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from connectors.seaweed import SeaweedServer
+    from connectors.testing.seaweed import SeaweedServer
 
     workdir = pathlib.Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    with SeaweedServer(workdir / f"s3-{int(time.time())}") as server:
+    with SeaweedServer(workdir / f"s3-{int(time.time())}", auth=True) as server:
         print(f"S3 server (SeaweedFS) at {server.endpoint_url}, data in {server.data_dir}")
-        os.environ.update(server.settings.to_env())  # read by resolve_filesystem and inherited by Ray workers
+        os.environ.update(
+            server.env
+        )  # botocore reads them here and in the Ray workers started below
         server.make_bucket(BUCKET)
-        manifest = _upload(server.settings, args)
+        manifest = _upload(args)
         expected_bad = sum(1 for f in manifest["files"] if f["expected_error"])
         expected_good = len(manifest["files"]) - expected_bad
-        print(f"corpus: {expected_good} good files, {expected_bad} bad files uploaded to s3://{BUCKET}/input")
+        print(
+            f"corpus: {expected_good} good files, {expected_bad} bad files uploaded to s3://{BUCKET}/input"
+        )
         try:
-            committed, failed, _ = _run(args, manifest)
-            local = _mirror(server.settings, workdir)
+            committed, failed = _run(args)
+            local = _mirror(server, workdir)
         finally:
             ray.shutdown()
     print(f"\nlocal copy of the shards: {local}")

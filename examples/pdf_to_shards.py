@@ -14,9 +14,12 @@ import functools
 import sys
 from typing import Any
 
+from ray.data import ActorPoolStrategy
+
 import lineage_data as ld
 from connectors.pdf import ExtractText, render_pages
-from connectors.vllm import EchoLLM, VllmStage
+from connectors.testing.echo_llm import EchoLLM
+from connectors.vllm import VllmStage
 
 
 def assemble(parent: dict, pages: list[dict]) -> dict:
@@ -41,7 +44,11 @@ def build(
     pages = docs.expand_lineage(
         functools.partial(render_pages, dpi=dpi, render=stage == "vlm"), name="render_pages"
     )
-    model_args: dict[str, Any] = {"concurrency": concurrency, "batch_size": batch_size, "num_cpus": 0.25}
+    model_args: dict[str, Any] = {
+        "compute": ActorPoolStrategy(size=concurrency),
+        "batch_size": batch_size,
+        "num_cpus": 0.25,
+    }
     if num_gpus:
         model_args["num_gpus"] = num_gpus
     if stage == "vlm":
@@ -64,18 +71,25 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the pipeline and print where the shards are."""
-    from examples._cli import common_args, filesystem, start_ray, write_and_report
+    from examples._cli import common_args, start_ray, write_and_report
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common_args(parser)
     parser.add_argument("--stage", choices=["text", "vlm"], default="text")
-    parser.add_argument("--model", default=None, help="vLLM model path (vlm stage); default: EchoLLM")
+    parser.add_argument(
+        "--model", default=None, help="vLLM model path (vlm stage); default: EchoLLM"
+    )
     parser.add_argument("--dpi", type=float, default=72)
     args = parser.parse_args(argv)
     start_ray(args.address)
     docs = build(
-        args.input, stage=args.stage, model=args.model, concurrency=args.concurrency,
-        num_gpus=args.num_gpus, batch_size=args.batch_size, dpi=args.dpi, filesystem=filesystem(args.input),
+        args.input,
+        stage=args.stage,
+        model=args.model,
+        concurrency=args.concurrency,
+        num_gpus=args.num_gpus,
+        batch_size=args.batch_size,
+        dpi=args.dpi,
     )
     return write_and_report(docs, args)
 

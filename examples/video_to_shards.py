@@ -13,9 +13,12 @@ import functools
 import sys
 from typing import Any
 
+from ray.data import ActorPoolStrategy
+
 import lineage_data as ld
+from connectors.testing.echo_llm import EchoLLM
 from connectors.video import sample_frames, split_clips
-from connectors.vllm import EchoLLM, VllmStage
+from connectors.vllm import VllmStage
 
 
 def summarize_clip(clip: dict, frames: list[dict]) -> dict:
@@ -52,13 +55,19 @@ def build(
     filesystem: Any = None,
 ) -> ld.LineageDataset:
     """The lineage plan (nothing runs until it is consumed)."""
-    model_args: dict[str, Any] = {"concurrency": concurrency, "batch_size": batch_size, "num_cpus": 0.25}
+    model_args: dict[str, Any] = {
+        "compute": ActorPoolStrategy(size=concurrency),
+        "batch_size": batch_size,
+        "num_cpus": 0.25,
+    }
     if num_gpus:
         model_args["num_gpus"] = num_gpus
     return (
         ld.read_files(input_path, filesystem=filesystem)
         .expand_lineage(functools.partial(split_clips, clip_seconds=clip_seconds), name="clips")
-        .expand_lineage(functools.partial(sample_frames, frames_per_clip=frames_per_clip), name="frames")
+        .expand_lineage(
+            functools.partial(sample_frames, frames_per_clip=frames_per_clip), name="frames"
+        )
         .map_batches(
             VllmStage,
             name="caption",
@@ -79,7 +88,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the pipeline and print where the shards are."""
-    from examples._cli import common_args, filesystem, start_ray, write_and_report
+    from examples._cli import common_args, start_ray, write_and_report
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common_args(parser)
@@ -89,9 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start_ray(args.address)
     videos = build(
-        args.input, model=args.model, concurrency=args.concurrency, num_gpus=args.num_gpus,
-        batch_size=args.batch_size, clip_seconds=args.clip_seconds, frames_per_clip=args.frames_per_clip,
-        filesystem=filesystem(args.input),
+        args.input,
+        model=args.model,
+        concurrency=args.concurrency,
+        num_gpus=args.num_gpus,
+        batch_size=args.batch_size,
+        clip_seconds=args.clip_seconds,
+        frames_per_clip=args.frames_per_clip,
     )
     return write_and_report(videos, args)
 

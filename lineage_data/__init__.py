@@ -29,19 +29,18 @@ from lineage_data._core.plan import Plan, Source
 from lineage_data._core.source import root_ids
 from lineage_data.dataset import LineageDataset
 from lineage_data.report import RunReport
+from lineage_data.storage import S3AccessError, S3BucketNotFoundError, S3ConnectionError
 
 __version__ = "0.1.0"
 
 ROOT = columns.ROOT
 OUTCOME = columns.OUTCOME
 CAUSE = columns.CAUSE
-STAGE = columns.STAGE
 
 __all__ = [
     "CAUSE",
     "OUTCOME",
     "ROOT",
-    "STAGE",
     "AccountingError",
     "ContractError",
     "DuplicateRootError",
@@ -55,6 +54,9 @@ __all__ = [
     "PlanError",
     "RecordFailure",
     "RunReport",
+    "S3AccessError",
+    "S3BucketNotFoundError",
+    "S3ConnectionError",
     "UserCodeError",
     "from_items",
     "from_ray",
@@ -111,33 +113,84 @@ def read_files(
     paths: str | Sequence[str],
     *,
     filesystem: Any = None,
-    suffixes: Sequence[str] | None = None,
+    include_paths: bool = True,
+    columns: Sequence[str] | None = None,
+    partition_filter: Any = None,
+    file_extensions: Sequence[str] | None = None,
+    ignore_missing_paths: bool = False,
     files_per_task: int = 1,
+    suffixes: Sequence[str] | None = None,
 ) -> LineageDataset:
-    """One level-0 row per file (``path``, ``size``, ``bytes``); the root id is the file's URI.
+    """One level-0 row per file; the root id (``_lineage_root``) is the file's URI.
 
-    ``paths`` may be files, directories or globs, local or any fsspec URL (``s3://`` with s3fs; pass
-    ``filesystem=connectors.s3.s3_filesystem(...)`` for an endpoint or credentials of your own). Files are
-    listed now, on the driver; their bytes are read by Ray tasks.
+    ``paths`` may be files, directories or globs, local or any fsspec URL. ``s3://`` goes through
+    s3fs configured by botocore (``AWS_*`` variables, ``AWS_PROFILE``, shared config files; see
+    :mod:`lineage_data.storage`); pass ``filesystem=`` (fsspec or pyarrow) for anything else. Files
+    are listed now, on the driver; their bytes are read by Ray tasks. Arguments that Ray Data's
+    file readers also take mean what they mean there.
+
+    Args:
+        paths: A path or URL, or a list of them.
+        filesystem: The filesystem to list and read with; derived from the first path if None.
+        include_paths: Keep the ``path`` column (the URI). Ray's ``read_binary_files`` adds it only
+            when asked; here it is on by default because it names the input in error messages.
+            False drops it from the user columns; ``_lineage_root`` still holds the URI.
+        columns: The user columns to produce, from ``("path", "size", "bytes")`` (default all of
+            them, less ``path`` when ``include_paths=False``). Without ``"bytes"`` no file is read:
+            ``size`` then comes from the listing.
+        partition_filter: Ray Data's ``PathPartitionFilter``, or ``fn(path) -> bool``; it sees the
+            paths as the filesystem lists them (no scheme, e.g. ``bucket/dir/a.pdf``).
+        file_extensions: Keep only these extensions (``["pdf"]`` or ``[".pdf"]``, any case).
+        ignore_missing_paths: Skip paths that do not exist instead of raising.
+        files_per_task: Files each Ray read task reads.
+        suffixes: Alias of ``file_extensions``.
+
+    Returns:
+        A level-0 :class:`LineageDataset`.
+
+    Raises:
+        LineageError: No files are found, a path is missing, or the column options conflict.
+        S3AccessError: S3 refused the listing (wrong credentials); the message names the endpoint
+            and bucket. Refused credentials while Ray tasks read raise it from the run as well.
     """
-    from lineage_data._ray.datasource import FILE_COLUMNS, list_files
+    from lineage_data._ray.datasource import FileSource, file_columns, list_files
 
-    fs, files = list_files(paths, filesystem=filesystem, suffixes=suffixes)
+    if suffixes is not None and file_extensions is not None:
+        raise LineageError("read_files: give file_extensions or its alias suffixes, not both")
+    chosen = file_columns(columns, include_paths)
+    fs, files = list_files(
+        paths,
+        filesystem=filesystem,
+        file_extensions=file_extensions if suffixes is None else suffixes,
+        partition_filter=partition_filter,
+        ignore_missing_paths=ignore_missing_paths,
+    )
     return LineageDataset(
         Plan(
             Source(
                 "files",
-                (fs, files),
-                "path",
+                (FileSource(fs, chosen), files),
+                "path" if "path" in chosen else None,
                 {"files_per_task": files_per_task},
-                columns=frozenset(FILE_COLUMNS),
+                columns=frozenset(chosen),
             )
         )
     )
 
 
 def init(address: str | None = None, **ray_init_kwargs: Any) -> None:
-    """Connect to Ray (``address`` or ``RAY_ADDRESS``, else a local instance); optional."""
+    """Connect to Ray once; optional (the first run does it with no arguments).
+
+    ``address`` (or ``RAY_ADDRESS``) connects to a cluster, which decides its own resources. Else
+    a local instance starts with at least 8 logical CPUs (``num_cpus=max(8, cores)``) unless
+    ``num_cpus`` is given: on a machine with few cores, fractional-CPU actor pools beside 1-CPU
+    task steps otherwise starve each other and the run hangs. The local instance keeps Ray's
+    default token authentication without Ray's warning about it (set ``RAY_AUTH_MODE`` to choose).
+
+    Args:
+        address: Cluster address (``"auto"``, ``"ray://host:10001"`` ...), or ``"local"``.
+        **ray_init_kwargs: Passed to ``ray.init`` (``num_gpus=``, ``runtime_env=`` ...).
+    """
     from lineage_data._ray.execute import ensure_ray
 
     ensure_ray(address, **ray_init_kwargs)

@@ -1,18 +1,41 @@
-"""The public facade: :class:`LineageDataset`, an immutable lineage plan with Ray Data's verbs."""
+"""The public facade: :class:`LineageDataset`, an immutable lineage plan with Ray Data's verbs.
+
+Stage verbs take Ray Data 2.60's arguments with Ray's meaning and defaults (``compute=``,
+``concurrency=``, ``batch_format``, ``fn_args``/``fn_kwargs``, ``fn_constructor_args``/
+``fn_constructor_kwargs``, ``num_cpus``/``num_gpus``/``memory`` and Ray's named remote arguments);
+consumers take Ray's consumer arguments. What differs is written in each docstring: a row is a root's
+row or a child's row, and every source root ends as exactly one output row at level 0.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from lineage_data._core import columns as C
+from lineage_data._core.batching import rebatch
 from lineage_data._core.errors import LineageError, PlanError
-from lineage_data._core.plan import Kind, Plan, Stage
+from lineage_data._core.plan import BATCH_FORMATS, DEFAULT_BATCH_FORMAT, Kind, Plan, Source, Stage
+from lineage_data._core.udf import to_format
 from lineage_data.report import RunReport
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
     import ray.data
+
+# Ray Data's consumer defaults (ray.data.Dataset.iter_batches / take / take_batch / show).
+DEFAULT_BATCH_SIZE = 256
+DEFAULT_TAKE = 20
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """The output of a materialized run: blocks in the Ray object store and the run's report."""
+
+    refs: tuple[Any, ...]
+    report: RunReport
 
 
 class LineageDataset:
@@ -28,11 +51,12 @@ class LineageDataset:
           [1] reduce 'docs': level 1 -> 0, on_child_failure=fail
     """
 
-    __slots__ = ("_last_run", "_plan")
+    __slots__ = ("_kept", "_last_run", "_plan")
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, *, kept: _Kept | None = None) -> None:
         self._plan = plan
-        self._last_run: RunReport | None = None
+        self._last_run: RunReport | None = kept.report if kept is not None else None
+        self._kept = kept
 
     @property
     def plan(self) -> Plan:
@@ -45,6 +69,12 @@ class LineageDataset:
         return self._plan.level
 
     def _then(self, kind: Kind, fn: Any, name: str | None, **options: Any) -> LineageDataset:
+        src = self._plan.source
+        if src.kind == "materialized" and src.options.get("level", 0) and not self._plan.stages:
+            raise PlanError(
+                "this dataset was materialized at an open level; only a closed plan (level 0) can "
+                "be continued: reduce_lineage before materialize()"
+            )
         stage_name = name or self._plan.unique_name(fn, kind)
         stage = Stage(kind=kind, name=stage_name, fn=fn, level=self._plan.level, **options)
         return LineageDataset(self._plan.then(stage))
@@ -56,35 +86,39 @@ class LineageDataset:
         *,
         name: str | None = None,
         carry: Sequence[str] | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
         batch_size: int | None = None,
-        concurrency: int | tuple[int, int] | None = None,
+        compute: Any = None,
+        concurrency: int | tuple[int, ...] | None = None,
+        fn_args: Iterable[Any] | None = None,
+        fn_kwargs: Mapping[str, Any] | None = None,
+        fn_constructor_args: Iterable[Any] | None = None,
+        fn_constructor_kwargs: Mapping[str, Any] | None = None,
         num_cpus: float | None = None,
         num_gpus: float | None = None,
+        memory: float | None = None,
         on_error: str = "isolate",
         **ray_remote_args: Any,
     ) -> LineageDataset:
-        """Open a level: ``fn(row) -> Iterable[dict]`` gives each row's ordered children.
+        """Open a level: ``fn(row, *fn_args, **fn_kwargs) -> Iterable[dict]`` gives a row's children.
 
-        ``carry`` names parent columns copied to every child and given back to the parent at reduce.
-        Binary parent columns (file bytes) are released after expansion unless carried. A raising ``fn``
-        makes the parent FAILED (``on_error="raise"`` stops the run instead); zero children make an empty
-        group, not a lost parent.
+        Like Ray's ``flat_map``, with order and a parent kept: children are numbered in the order ``fn``
+        yields them. ``carry`` names parent columns copied to every child and given back to the
+        parent at reduce. Binary parent columns (file bytes) are released after expansion unless
+        carried. A raising ``fn`` makes the parent FAILED (``on_error="raise"`` stops the run
+        instead); zero children make an empty group, not a lost parent. ``compute``/``concurrency``
+        and the resource arguments mean what they mean for Ray's ``flat_map``.
         """
         return self._then(
             Kind.EXPAND,
             fn,
             name,
             carry=tuple(carry or ()),
-            fn_kwargs=dict(fn_kwargs or {}),
-            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
             batch_size=batch_size,
-            concurrency=concurrency,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
             on_error=on_error,
-            ray_remote_args=ray_remote_args,
+            **_call_options(
+                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
+                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+            ),
         )
 
     def map_batches(
@@ -93,37 +127,47 @@ class LineageDataset:
         *,
         name: str | None = None,
         batch_size: int | None = None,
-        batch_format: str = "pyarrow",
-        concurrency: int | tuple[int, int] | None = None,
+        compute: Any = None,
+        batch_format: str | None = DEFAULT_BATCH_FORMAT,
+        fn_args: Iterable[Any] | None = None,
+        fn_kwargs: Mapping[str, Any] | None = None,
+        fn_constructor_args: Iterable[Any] | None = None,
+        fn_constructor_kwargs: Mapping[str, Any] | None = None,
         num_cpus: float | None = None,
         num_gpus: float | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        memory: float | None = None,
+        concurrency: int | tuple[int, ...] | None = None,
         on_error: str = "isolate",
         max_retries: int = 1,
         **ray_remote_args: Any,
     ) -> LineageDataset:
-        """A 1:1 batch stage. ``fn`` sees the user columns of PRESENT rows only.
+        """A 1:1 batch stage, as Ray's ``map_batches``; ``fn`` sees the user columns of PRESENT rows.
 
-        A row's output value may be :class:`~lineage_data.RecordFailure` or
-        :class:`~lineage_data.GroupFailure`. A different number of output rows is a
-        :class:`~lineage_data.ContractError`. Under ``on_error="isolate"`` a batch that raises is retried
-        ``max_retries`` times, then halved until the rows that raise fail alone.
+        Arguments mean what they mean in Ray Data 2.60: no ``compute`` runs a function as tasks and a
+        callable class on an autoscaling actor pool; ``batch_format="default"`` is a dict of numpy
+        arrays; ``batch_size=None`` takes whole blocks (give one when asking for GPUs). Batches mix
+        rows of many parents. A row's output value may be :class:`~lineage_data.RecordFailure` or
+        :class:`~lineage_data.GroupFailure`; a different number of output rows is a
+        :class:`~lineage_data.ContractError`. Under ``on_error="isolate"`` a batch that raises is
+        retried ``max_retries`` times, then halved until the rows that raise fail alone.
         """
+        if num_gpus and batch_size is None:
+            raise PlanError(
+                "map_batches: give batch_size when asking for GPUs (as Ray Data requires); the best "
+                "size depends on the model, the data and the GPU"
+            )
         return self._then(
             Kind.MAP,
             fn,
             name,
             batch_size=batch_size,
             batch_format=batch_format,
-            concurrency=concurrency,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            fn_kwargs=dict(fn_kwargs or {}),
-            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
             on_error=on_error,
             max_retries=max_retries,
-            ray_remote_args=ray_remote_args,
+            **_call_options(
+                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
+                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+            ),
         )
 
     def map(
@@ -131,26 +175,31 @@ class LineageDataset:
         fn: Callable[[dict], dict] | type,
         *,
         name: str | None = None,
-        concurrency: int | tuple[int, int] | None = None,
+        compute: Any = None,
+        fn_args: Iterable[Any] | None = None,
+        fn_kwargs: Mapping[str, Any] | None = None,
+        fn_constructor_args: Iterable[Any] | None = None,
+        fn_constructor_kwargs: Mapping[str, Any] | None = None,
         num_cpus: float | None = None,
         num_gpus: float | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        memory: float | None = None,
+        concurrency: int | tuple[int, ...] | None = None,
         on_error: str = "isolate",
         **ray_remote_args: Any,
     ) -> LineageDataset:
-        """A 1:1 row stage: ``fn(row) -> dict`` (or a failure value); same rules as :meth:`map_batches`."""
+        """A 1:1 row stage, as Ray's ``map``: ``fn(row) -> dict`` (or a failure value).
+
+        Same rules as :meth:`map_batches`; a row that raises fails alone under ``on_error="isolate"``.
+        """
         return self._then(
             Kind.MAP_ROWS,
             fn,
             name,
-            concurrency=concurrency,
-            num_cpus=num_cpus,
-            num_gpus=num_gpus,
-            fn_kwargs=dict(fn_kwargs or {}),
-            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
             on_error=on_error,
-            ray_remote_args=ray_remote_args,
+            **_call_options(
+                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
+                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+            ),
         )
 
     def filter(
@@ -158,52 +207,149 @@ class LineageDataset:
         fn: Callable[[dict], bool] | type,
         *,
         name: str | None = None,
-        concurrency: int | tuple[int, int] | None = None,
-        num_cpus: float | None = None,
+        compute: Any = None,
+        fn_args: Iterable[Any] | None = None,
         fn_kwargs: Mapping[str, Any] | None = None,
+        fn_constructor_args: Iterable[Any] | None = None,
         fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        memory: float | None = None,
+        concurrency: int | tuple[int, ...] | None = None,
         on_error: str = "isolate",
         **ray_remote_args: Any,
     ) -> LineageDataset:
-        """Keep rows where ``fn(row)`` is true; the others become DROPPED tombstones (counts stay exact)."""
+        """Keep rows where ``fn(row)`` is true, as Ray's ``filter``.
+
+        Unlike Ray, a row filtered out is not gone: it becomes a DROPPED row (a tombstone) so that every
+        root still ends as one row and the counts stay exact; ``keep_lineage=False`` consumers and
+        :meth:`iter_torch_batches` leave it out.
+        """
         return self._then(
             Kind.FILTER,
             fn,
             name,
-            concurrency=concurrency,
-            num_cpus=num_cpus,
-            fn_kwargs=dict(fn_kwargs or {}),
-            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}),
             on_error=on_error,
-            ray_remote_args=ray_remote_args,
+            **_call_options(
+                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
+                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+            ),
         )
 
     def reduce_lineage(
         self,
-        fn: Callable[[dict, list[dict]], dict] | None = None,
+        fn: Callable[..., dict] | type | None = None,
         *,
         name: str | None = None,
         on_child_failure: str = "fail",
+        compute: Any = None,
+        fn_args: Iterable[Any] | None = None,
         fn_kwargs: Mapping[str, Any] | None = None,
+        fn_constructor_args: Iterable[Any] | None = None,
+        fn_constructor_kwargs: Mapping[str, Any] | None = None,
         num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        memory: float | None = None,
+        concurrency: int | tuple[int, ...] | None = None,
+        on_error: str = "isolate",
         **ray_remote_args: Any,
     ) -> LineageDataset:
-        """Close a level: ``fn(parent, children) -> dict`` with children in ordinal order.
+        """Close a level: ``fn(parent, children, *fn_args, **fn_kwargs) -> dict``, children in order.
 
-        DROPPED children are left out. Any FAILED/SUPPRESSED child makes the parent SUPPRESSED with the
-        first cause; ``on_child_failure="skip"`` reduces the rest and lists the missing ordinals in
-        ``_lineage_missing``. Without ``fn`` every child column becomes an ordered list column. Each
-        parent is emitted the moment its own children are all in: no groupby, no barrier.
+        ``fn`` may be a callable class, built once per actor with ``fn_constructor_args``/
+        ``fn_constructor_kwargs`` (a tokenizer, a model); ``compute`` and the resource arguments mean
+        what they mean for :meth:`map_batches`. DROPPED children are left out. Any FAILED/SUPPRESSED
+        child makes the parent SUPPRESSED with the first cause; ``on_child_failure="skip"`` reduces
+        the rest and lists the missing ordinals in ``_lineage_missing``. A raising ``fn`` fails that
+        parent (``on_error="raise"`` stops the run). Without ``fn`` every child column becomes an
+        ordered list column. Each parent is emitted the moment its own children are all in: no
+        groupby, no barrier.
         """
         return self._then(
             Kind.REDUCE,
             fn,
             name,
             on_child_failure=on_child_failure,
-            fn_kwargs=dict(fn_kwargs or {}),
-            num_cpus=num_cpus,
-            ray_remote_args=ray_remote_args,
+            on_error=on_error,
+            **_call_options(
+                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
+                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+            ),
         )
+
+    # -- column verbs (1:1 stages that keep the lineage columns) --------------------------------
+    def select_columns(self, cols: str | Sequence[str], **ray_remote_args: Any) -> LineageDataset:
+        """Keep only these user columns (the lineage columns stay). An unknown column raises."""
+        names = [cols] if isinstance(cols, str) else list(cols)
+        self._check_known(names, "select_columns")
+        return self._column_stage("select_columns", _Select(names), ray_remote_args)
+
+    def drop_columns(self, cols: str | Sequence[str], **ray_remote_args: Any) -> LineageDataset:
+        """Drop these user columns (the lineage columns stay). An unknown column raises."""
+        names = [cols] if isinstance(cols, str) else list(cols)
+        self._check_known(names, "drop_columns")
+        return self._column_stage("drop_columns", _Drop(names), ray_remote_args)
+
+    def rename_columns(
+        self, names: Mapping[str, str] | Sequence[str], **ray_remote_args: Any
+    ) -> LineageDataset:
+        """Rename user columns: a mapping old -> new, or the full list of new names in order."""
+        if isinstance(names, Mapping):
+            self._check_known(list(names), "rename_columns")
+            bad = [n for n in names.values() if C.is_reserved(str(n))]
+        else:
+            bad = [n for n in names if C.is_reserved(str(n))]
+        if bad:
+            raise PlanError(f"rename_columns: {bad} use the reserved prefix {C.PREFIX!r}")
+        return self._column_stage("rename_columns", _Rename(names), ray_remote_args)
+
+    def with_column(self, column_name: str, expr: Any, **ray_remote_args: Any) -> LineageDataset:
+        """Add or replace a user column from a Ray Data expression (``ray.data.expressions``).
+
+        ``expr`` may also be a function of the batch (an Arrow table) returning the column's values.
+        """
+        if C.is_reserved(column_name):
+            raise PlanError(f"with_column: {column_name!r} uses the reserved prefix {C.PREFIX!r}")
+        if not callable(expr) and not type(expr).__module__.startswith("ray.data"):
+            raise PlanError(
+                f"with_column: expr must be a ray.data.expressions expression or a function of the "
+                f"batch, got {type(expr).__name__}"
+            )
+        return self._column_stage("with_column", _WithColumn(column_name, expr), ray_remote_args)
+
+    def _column_stage(self, kind: str, fn: Any, ray_remote_args: Mapping[str, Any]) -> LineageDataset:
+        # A column verb is a batch stage over Arrow batches that raises on a wrong column name
+        # (a typo must stop the run, not fail every row one by one).
+        return self._then(
+            Kind.MAP,
+            fn,
+            self._plan.unique_name(None, kind),
+            batch_format="pyarrow",
+            on_error="raise",
+            max_retries=0,
+            ray_remote_args=dict(ray_remote_args),
+        )
+
+    def _check_known(self, names: list[str], verb: str) -> None:
+        known = self._plan.columns
+        missing = [n for n in names if known is not None and n not in known]
+        if missing:
+            raise PlanError(f"{verb}: column(s) {missing} are not in the rows (columns: {sorted(known or ())})")
+
+    # -- plan options -----------------------------------------------------------------------------
+    def limit(self, limit: int) -> LineageDataset:
+        """Only the first ``limit`` source roots, run lazily (Ray's ``limit``, counted in roots).
+
+        At level 0 that is ``limit`` output rows; at an open level, every row of those roots. Only
+        those roots run: the run stops early, its helpers are gone when the consumer returns.
+        """
+        if not isinstance(limit, int) or limit < 0:
+            raise PlanError(f"limit must be an int >= 0, got {limit!r}")
+        if self._kept is not None and self.level:
+            raise PlanError("limit/take: this dataset was materialized at an open level; read it "
+                            "whole (iter_batches, take_all) or materialize a closed plan")
+        current = self._plan.limit
+        return LineageDataset(replace(self._plan, limit=limit if current is None else min(current, limit)))
 
     def with_options(self, *, max_repair_attempts: int | None = None) -> LineageDataset:
         """This dataset with execution options.
@@ -218,7 +364,7 @@ class LineageDataset:
             if max_repair_attempts < 0:
                 raise PlanError(f"max_repair_attempts must be >= 0, got {max_repair_attempts}")
             plan = replace(plan, max_repair_attempts=max_repair_attempts)
-        return LineageDataset(plan)
+        return LineageDataset(plan, kept=self._kept if plan == self._plan else None)
 
     def exclude_roots(self, roots: Iterable[str]) -> LineageDataset:
         """This dataset without the given source roots (used to resume a run); they are not expected."""
@@ -238,12 +384,34 @@ class LineageDataset:
         )
 
     def report(self) -> RunReport:
-        """The report of this dataset's last execution."""
+        """The report of this dataset's last execution (every consumer leaves one)."""
         if self._last_run is None:
             raise LineageError(
                 "this dataset has not been executed yet: consume it first (take_all, write_...)"
             )
         return self._last_run
+
+    def stats(self) -> str:
+        """The last execution's report as text (Ray's ``stats()``: what ran, what it produced)."""
+        return self.report().summary()
+
+    def schema(self) -> pa.Schema:
+        """The output schema: user columns and the public lineage columns.
+
+        Like Ray's ``schema()`` this may run part of the plan: the rows of the first root (or none
+        when the plan's output is already known).
+        """
+        if self._kept is not None:
+            import ray
+
+            tables = [C.public(ray.get(ref)) for ref in self._kept.refs[:1]]
+            if tables:
+                return tables[0].schema
+        return self.limit(1).to_arrow().schema
+
+    def columns(self) -> list[str]:
+        """The output column names (see :meth:`schema`)."""
+        return list(self.schema().names)
 
     # -- execution ------------------------------------------------------------------------------
     def _execution(self) -> Any:
@@ -254,44 +422,187 @@ class LineageDataset:
     def _set_report(self, report: RunReport) -> None:
         self._last_run = report
 
+    def _tables(self, *, prefetch_batches: int = 1, keep_lineage: bool = True) -> Iterator[pa.Table]:
+        """Accounted output blocks as a user sees them. Nothing starts before the first ``next``."""
+        if self._kept is not None:
+            import ray
+
+            for ref in self._kept.refs:
+                yield C.public(ray.get(ref), keep_lineage=keep_lineage)
+            return
+        execution = self._execution()
+        for table in execution.iter_tables(prefetch_batches=prefetch_batches):
+            yield C.public(table, keep_lineage=keep_lineage)
+
     def iter_batches(
-        self, *, batch_size: int | None = None, batch_format: str = "pyarrow"
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = DEFAULT_BATCH_SIZE,
+        batch_format: str | None = DEFAULT_BATCH_FORMAT,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+        keep_lineage: bool = True,
     ) -> Iterator[Any]:
-        """Stream output batches as parents commit; the run is checked when the stream ends."""
-        return self._execution().iter_batches(batch_size=batch_size, batch_format=batch_format)
+        """Stream output batches as parents commit (Ray's ``iter_batches`` arguments and defaults).
 
-    def iter_rows(self) -> Iterator[dict]:
+        Each row carries the public lineage columns (``_lineage_root``, ``_lineage_outcome``,
+        ``_lineage_cause``); ``keep_lineage=False`` yields committed rows' user columns only. The
+        run is checked when the stream ends; abandoning the iterator stops the run and its helpers.
+        ``drop_last`` drops a last short batch (its rows were delivered, and are in the report).
+        """
+        _check_format(batch_format)
+        tables = self._tables(prefetch_batches=prefetch_batches, keep_lineage=keep_lineage)
+        for batch in rebatch(
+            tables,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed,
+        ):
+            yield to_format(batch, batch_format)
+
+    def iter_rows(self, *, prefetch_batches: int = 1, keep_lineage: bool = True) -> Iterator[dict]:
         """Stream output rows as parents commit; the run is checked when the stream ends."""
-        for batch in self.iter_batches():
-            yield from batch.to_pylist()
+        for table in self._tables(prefetch_batches=prefetch_batches, keep_lineage=keep_lineage):
+            yield from table.to_pylist()
 
-    def take_all(self) -> list[dict]:
-        """Every output row (one per source root for a closed plan)."""
-        return list(self.iter_rows())
+    def iter_torch_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = DEFAULT_BATCH_SIZE,
+        dtypes: Any = None,
+        device: str = "auto",
+        collate_fn: Callable[[dict[str, Any]], Any] | None = None,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ) -> Iterator[Any]:
+        """Batches of torch tensors (Ray's ``iter_torch_batches``) for training.
 
-    def to_arrow(self) -> pa.Table:
+        Training reads values: only committed rows, user columns only (the lineage columns are text);
+        failed and dropped roots are in :meth:`report`. ``collate_fn`` gets a dict of numpy arrays.
+        """
+        import torch
+
+        target = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        for batch in self.iter_batches(
+            prefetch_batches=prefetch_batches,
+            batch_size=batch_size,
+            batch_format="numpy",
+            drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed,
+            keep_lineage=False,
+        ):
+            if collate_fn is not None:
+                yield collate_fn(batch)
+                continue
+            out = {}
+            for column, values in batch.items():
+                dtype = dtypes.get(column) if isinstance(dtypes, Mapping) else dtypes
+                out[column] = torch.as_tensor(values, dtype=dtype, device=target)
+            yield out
+
+    def take(self, limit: int = DEFAULT_TAKE, *, keep_lineage: bool = True) -> list[dict]:
+        """The rows of the first ``limit`` roots (:meth:`limit`); only those roots run."""
+        limited = self.limit(limit)
+        try:
+            return limited.take_all(keep_lineage=keep_lineage)
+        finally:
+            self._last_run = limited._last_run
+
+    def take_batch(
+        self, batch_size: int = DEFAULT_TAKE, *, batch_format: str | None = DEFAULT_BATCH_FORMAT,
+        keep_lineage: bool = True,
+    ) -> Any:
+        """The rows of the first ``batch_size`` roots as one batch; only those roots run."""
+        _check_format(batch_format)
+        limited = self.limit(batch_size)
+        try:
+            return to_format(limited.to_arrow(keep_lineage=keep_lineage), batch_format)
+        finally:
+            self._last_run = limited._last_run
+
+    def take_all(self, limit: int | None = None, *, keep_lineage: bool = True) -> list[dict]:
+        """Every output row (one per source root for a closed plan).
+
+        As in Ray, ``limit`` is a guard: more rows than that raise ``ValueError``.
+        """
+        rows = list(self.iter_rows(keep_lineage=keep_lineage))
+        if limit is not None and len(rows) > limit:
+            raise ValueError(f"the dataset has more than the given limit of {limit} rows")
+        return rows
+
+    def show(self, limit: int = DEFAULT_TAKE, *, keep_lineage: bool = True) -> None:
+        """Print the rows of the first ``limit`` roots."""
+        for row in self.take(limit, keep_lineage=keep_lineage):
+            print(row)
+
+    def to_arrow(self, *, keep_lineage: bool = True) -> pa.Table:
         """Every output row as one Arrow table."""
         import pyarrow as pa
 
-        from lineage_data._core.columns import concat
+        tables = [t for t in self._tables(keep_lineage=keep_lineage) if t.num_rows]
+        if not tables:
+            return pa.table({}) if not keep_lineage else C.public(C.empty())
+        return pa.concat_tables(tables, promote_options="permissive")
 
-        batches = list(self.iter_batches())
-        return concat(batches) if batches else pa.table({})
+    def to_pandas(self, limit: int | None = None, *, keep_lineage: bool = True) -> pd.DataFrame:
+        """Every output row as a pandas DataFrame; as in Ray, more than ``limit`` rows raise."""
+        table = self.to_arrow(keep_lineage=keep_lineage)
+        if limit is not None and table.num_rows > limit:
+            raise ValueError(
+                f"the dataset has more than the given limit of {limit} rows: {table.num_rows}"
+            )
+        return table.to_pandas()
 
     def count(self) -> int:
-        """The number of output rows."""
-        return sum(b.num_rows for b in self.iter_batches())
+        """The number of output rows (one per root for a closed plan)."""
+        return sum(t.num_rows for t in self._tables())
 
-    def materialize(self) -> ray.data.Dataset:
-        """Execute and keep the output in the Ray object store (a Ray ``MaterializedDataset``)."""
-        return self._execution().materialize()
+    def materialize(self) -> LineageDataset:
+        """Run once and keep the output in the Ray object store.
 
-    def write_parquet(self, path: str, **kwargs: Any) -> None:
-        """Write the output with Ray Data's ``write_parquet``; the run is checked afterwards."""
-        self._execution().write(lambda ds: ds.write_parquet(path, **kwargs))
+        Returns a lineage dataset that every consumer reads again without re-running (its
+        :meth:`report` is this run's). A closed plan can be continued with more stages: its rows are
+        the new source, failed roots stay failed.
+        """
+        if self._kept is not None:
+            return self
+        import ray
+
+        refs = tuple(ray.put(t) for t in self._execution().iter_tables(prefetch_batches=1) if t.num_rows)
+        report = self.report()
+        roots = tuple(report.parents["root"].to_list()) if self.level == 0 else None
+        source = Source(
+            "materialized", refs, "_lineage_root", {"level": self.level}, roots=roots,
+            columns=None,
+        )
+        return LineageDataset(Plan(source, max_repair_attempts=self._plan.max_repair_attempts),
+                              kept=_Kept(refs, report))
+
+    def write_parquet(self, path: str, *, keep_lineage: bool = True, **kwargs: Any) -> None:
+        """Write with Ray Data's ``write_parquet`` (same arguments); the run is checked afterwards."""
+        self._write(lambda ds: ds.write_parquet(path, **kwargs), keep_lineage)
+
+    def write_json(self, path: str, *, keep_lineage: bool = True, **kwargs: Any) -> None:
+        """Write with Ray Data's ``write_json`` (same arguments); the run is checked afterwards."""
+        self._write(lambda ds: ds.write_json(path, **kwargs), keep_lineage)
+
+    def write_csv(self, path: str, *, keep_lineage: bool = True, **kwargs: Any) -> None:
+        """Write with Ray Data's ``write_csv`` (same arguments); the run is checked afterwards."""
+        self._write(lambda ds: ds.write_csv(path, **kwargs), keep_lineage)
 
     def write_datasink(
-        self, datasink: Any, *, rows_per_write: int | None = None, **kwargs: Any
+        self,
+        datasink: Any,
+        *,
+        rows_per_write: int | None = None,
+        keep_lineage: bool = True,
+        **kwargs: Any,
     ) -> None:
         """Write the output to a Ray Data ``Datasink``; the run is checked afterwards.
 
@@ -304,12 +615,129 @@ class LineageDataset:
                 return ds
             return ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
 
-        self._execution().write(lambda ds: ds.write_datasink(datasink, **kwargs), prepare=prepare)
+        self._write(lambda ds: ds.write_datasink(datasink, **kwargs), keep_lineage, prepare)
+
+    def _write(
+        self,
+        action: Callable[[Any], Any],
+        keep_lineage: bool,
+        prepare: Callable[[Any], Any] | None = None,
+    ) -> None:
+        if self._kept is not None:
+            import ray
+
+            ds = ray.data.from_arrow_refs(list(self._kept.refs))
+            action(prepare(ds) if prepare else ds)  # already accounted: a plain Ray write
+            return
+        self._execution().write(action, prepare=prepare, keep_lineage=keep_lineage)
 
     def to_ray(self) -> ray.data.Dataset:
         """The lowered, lazy Ray Data Dataset (public lineage columns + user columns).
 
-        Its coordinator lives as long as the returned dataset is referenced; lineage accounting is only
-        checked by this class's own consumers.
+        Its helper actors start when an execution of it starts and stop when that execution ends
+        (or when the dataset is garbage collected). Lineage accounting (repair, the report) is only
+        done by this class's own consumers.
         """
-        return self._execution().dataset
+        if self._kept is not None:
+            import ray
+
+            return ray.data.from_arrow_refs(list(self._kept.refs)).map_batches(
+                _public_batch, batch_format="pyarrow"
+            )
+        from lineage_data._ray.execute import detached_dataset
+
+        return detached_dataset(self._plan)
+
+
+def _public_batch(batch: pa.Table) -> pa.Table:
+    return C.public(batch)
+
+
+def _check_format(batch_format: str | None) -> None:
+    if batch_format not in BATCH_FORMATS:
+        raise ValueError(f"batch_format must be one of {BATCH_FORMATS}, got {batch_format!r}")
+
+
+def _call_options(
+    compute: Any,
+    concurrency: Any,
+    fn_args: Iterable[Any] | None,
+    fn_kwargs: Mapping[str, Any] | None,
+    fn_constructor_args: Iterable[Any] | None,
+    fn_constructor_kwargs: Mapping[str, Any] | None,
+    num_cpus: float | None,
+    num_gpus: float | None,
+    memory: float | None,
+    ray_remote_args: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The options every stage verb shares (how the user function is called, where it runs)."""
+    return {
+        "compute": compute,
+        "concurrency": concurrency,
+        "fn_args": tuple(fn_args or ()),
+        "fn_kwargs": dict(fn_kwargs or {}),
+        "fn_constructor_args": tuple(fn_constructor_args or ()),
+        "fn_constructor_kwargs": dict(fn_constructor_kwargs or {}),
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "memory": memory,
+        "ray_remote_args": dict(ray_remote_args),
+    }
+
+
+# -- the column verbs' functions (picklable classes: they travel to the workers) --------------------
+class _Select:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.__name__ = "select_columns"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return batch.select(self.names)
+
+
+class _Drop:
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.__name__ = "drop_columns"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return batch.drop_columns(self.names)
+
+
+class _Rename:
+    def __init__(self, names: Mapping[str, str] | Sequence[str]) -> None:
+        self.names = dict(names) if isinstance(names, Mapping) else list(names)
+        self.__name__ = "rename_columns"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if isinstance(self.names, dict):
+            unknown = [n for n in self.names if n not in batch.column_names]
+            if unknown:
+                raise KeyError(f"rename_columns: no column(s) {unknown} in {batch.column_names}")
+            return batch.rename_columns([self.names.get(n, n) for n in batch.column_names])
+        return batch.rename_columns(self.names)
+
+
+class _WithColumn:
+    def __init__(self, name: str, expr: Any) -> None:
+        self.name = name
+        self.expr = expr
+        self.__name__ = "with_column"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import pyarrow as pa
+        from ray.data.expressions import Expr
+
+        if isinstance(self.expr, Expr):
+            from ray.data._internal.planner.plan_expression.expression_evaluator import eval_expr
+
+            values = eval_expr(self.expr, batch)
+        else:
+            values = self.expr(batch)
+        if not isinstance(values, pa.Array | pa.ChunkedArray):
+            values = pa.array(values) if not isinstance(values, pa.Scalar) else pa.array(
+                [values.as_py()] * batch.num_rows, values.type
+            )
+        if self.name in batch.column_names:
+            return batch.set_column(batch.column_names.index(self.name), self.name, values)
+        return batch.append_column(self.name, values)

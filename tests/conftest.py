@@ -30,7 +30,9 @@ def ray_session():
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(paths + ([old] if old else []))
     if not ray.is_initialized():
-        ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
+        import lineage_data as ld
+
+        ld.init(num_gpus=4, include_dashboard=False, log_to_driver=False)  # 8+ logical CPUs
     ray.data.DataContext.get_current().enable_progress_bars = False
     yield ray
     ray.shutdown()

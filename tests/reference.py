@@ -134,12 +134,21 @@ def reference(plan: Plan) -> dict[str, tuple[str, dict | None, str | None]]:
     }
 
 
-def by_root(rows: list[dict]) -> dict[str, dict]:
-    """Output rows of a closed plan by root; a root seen twice fails the test."""
+def by_root(rows: list[dict], report=None) -> dict[str, dict]:
+    """Output rows of a closed plan by root; a root seen twice fails the test.
+
+    Rows a user gets carry no stage column: with ``report`` (the run's) each row gets its root's
+    failing stage from ``report.parents`` as ``_lineage_stage``, for :func:`status`.
+    """
+    stages = {}
+    if report is not None:
+        stages = dict(zip(report.parents["root"].to_list(), report.parents["stage"].to_list(), strict=True))
     out: dict[str, dict] = {}
     for row in rows:
         assert row["_lineage_root"] not in out, f"root {row['_lineage_root']} twice"
-        out[row["_lineage_root"]] = row
+        out[row["_lineage_root"]] = {**row, "_lineage_stage": stages.get(row["_lineage_root"])} if (
+            report is not None
+        ) else row
     return out
 
 

@@ -77,11 +77,6 @@ def user_columns(names: list[str]) -> list[str]:
     return [name for name in names if not is_reserved(name)]
 
 
-def lineage_arrays(rows: list[dict]) -> dict[str, pa.Array]:
-    """Typed arrays of the lineage columns of ``rows`` (missing keys become nulls)."""
-    return {name: pa.array([row.get(name) for row in rows], type=TYPES[name]) for name in ALL}
-
-
 def conform(table: pa.Table) -> pa.Table:
     """Give ``table`` every lineage column with its canonical type (user columns untouched)."""
     for name in ALL:
@@ -92,6 +87,29 @@ def conform(table: pa.Table) -> pa.Table:
             index = table.column_names.index(name)
             table = table.set_column(index, pa.field(name, wanted), table[name].cast(wanted))
     return table
+
+
+def public(table: pa.Table, *, keep_lineage: bool = True) -> pa.Table:
+    """The rows as a user sees them: user columns and the public lineage columns, nothing internal.
+
+    Public: :data:`ROOT`, :data:`OUTCOME`, :data:`CAUSE` (and :data:`MISSING`, which only
+    ``on_child_failure="skip"`` adds). ``keep_lineage=False``: committed rows only, user columns only.
+    """
+    if not keep_lineage:
+        import pyarrow.compute as pc
+
+        if OUTCOME in table.column_names:
+            table = table.filter(pc.fill_null(pc.equal(table[OUTCOME], "PRESENT"), False))
+        return table.select([n for n in table.column_names if not is_reserved(n)])
+    internal = [n for n in table.column_names if is_reserved(n) and n not in (*PUBLIC, MISSING)]
+    return table.drop_columns(internal) if internal else table
+
+
+def as_roots(table: pa.Table) -> pa.Table:
+    """Terminal rows of a closed plan as source rows again (outcomes kept, an empty path each)."""
+    table = conform(table)
+    paths = pa.array([[]] * table.num_rows, TYPES[PATH])
+    return table.set_column(table.column_names.index(PATH), pa.field(PATH, TYPES[PATH]), paths)
 
 
 def concat(tables: list[pa.Table]) -> pa.Table:

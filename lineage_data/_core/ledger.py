@@ -3,7 +3,9 @@
 What reached the consumer is the truth. The driver feeds every output batch (or every write result)
 through one :class:`Ledger`; it drops a second copy of anything already delivered, records each root's
 terminal row, and at the end of a pass names the roots that did not arrive, so they can be run again
-(a *repair pass*) or end as a ``LostError`` row. Pure Python + pyarrow: no side channel, no Ray.
+(a *repair pass*) or end as a ``LostError`` row. Python, pyarrow and numpy: no side channel, no Ray.
+Each batch is accounted with array operations (no Python work per row at level 0), and a finished
+root is kept in a few bytes (see :class:`Ledger`), so the driver can account for 100M roots.
 
 A closed plan (level 0) delivers one row per root. A plan that ends with open levels delivers the
 entities of its last level plus one *header* per inner node (see :mod:`columns`); a root is complete when
@@ -15,25 +17,26 @@ represented by exactly one stand-in row with its terminal status, so no input si
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core.outcomes import Outcome, Status, entering
+from lineage_data._core.roots import RootIndex
 
 LOST = "LostError"
 
+OUTCOMES = tuple(o.value for o in Outcome)  # a root's outcome code is its index here + 1 (0: not yet)
+_OUTCOME_SET = pa.array(OUTCOMES, pa.string())
+_DONE = 0x07  # the outcome code bits of a root's flags
+_EXPECTED = 0x08  # a source announced the root
 
-@dataclass(frozen=True, slots=True)
-class Terminal:
-    """The one terminal row of a source root, as the consumer received it."""
-
-    outcome: str
-    cause: str | None
-    stage: str | None
-    committed_s: float
+TerminalRow = tuple[str, str | None, str | None, float]  # outcome, cause, stage, committed_s
 
 
 @dataclass(slots=True)
@@ -56,8 +59,26 @@ class _Partial:
         return self.status is not None and self.announced == self.received
 
 
+class _Column:
+    """A growable numpy column indexed by root slot (grown by a quarter, so little is left unused)."""
+
+    def __init__(self, dtype: type) -> None:
+        self.data: np.ndarray = np.zeros(0, dtype=dtype)
+
+    def ensure(self, size: int) -> None:
+        if size > len(self.data):
+            grown = np.zeros(max(size, len(self.data) + len(self.data) // 4 + 1024), self.data.dtype)
+            grown[: len(self.data)] = self.data
+            self.data = grown
+
+
 class Ledger:
     """Delivered roots of one run (all of its passes), with duplicates dropped.
+
+    Memory: a finished root costs its id's bytes + about 30 bytes (see :mod:`roots`: the id and its hash;
+    here one byte of flags, its commit time, its place in completion order). Only a root that did
+    not end PRESENT without a cause keeps its cause and stage in a dict; open-level roots on their way
+    keep their progress in :class:`_Partial` until they complete.
 
     Example:
         >>> import pyarrow as pa
@@ -70,17 +91,28 @@ class Ledger:
     def __init__(self, level: int, expected: Iterable[str] = (), *, started_at: float) -> None:
         self.level = level
         self._started_at = started_at
-        self._expected: set[str] = set(expected)
-        self._done: dict[str, Terminal] = {}
-        self._partial: dict[str, _Partial] = {}
+        self._index = RootIndex()  # every root expected or delivered: its slot
+        self._flags = _Column(np.uint8)  # per slot: outcome code | _EXPECTED
+        self._seconds = _Column(np.float64)  # per slot: committed, seconds after started_at
+        self._order = _Column(np.int32)  # slots in the order their roots completed
+        self._done = 0
+        self._expected = 0
         self._committed = 0
-        self.completed: list[str] = []  # roots in the order they completed (append-only)
+        self._detail: dict[int, tuple[str | None, str | None]] = {}  # slot -> (cause, stage)
+        self._partial: dict[str, _Partial] = {}
         self.duplicates = 0
+        self.expect(expected)
 
     # -- what is expected -----------------------------------------------------------------------
     def expect(self, roots: Iterable[str]) -> None:
         """Roots the run must account for (known up front, or discovered by the source)."""
-        self._expected.update(roots)
+        roots = roots if isinstance(roots, pa.Array | pa.ChunkedArray) else list(roots)
+        if not len(roots):
+            return
+        slots = self._slots(roots)  # (grows the columns)
+        flags = self._flags.data
+        flags[slots] |= _EXPECTED
+        self._expected = int(np.count_nonzero(flags[: len(self._index)] & _EXPECTED))
 
     # -- what arrived ---------------------------------------------------------------------------
     def take(self, table: pa.Table, now: float | None = None) -> pa.Table:
@@ -94,38 +126,53 @@ class Ledger:
                 return table
             return table.take(pa.array(keep, pa.int64()))
         table = C.conform(table)
-        keep, stand_ins = self._take_open(table, now)
-        out = table.take(pa.array(keep, pa.int64()))
+        kept, stand_ins = self._take_open(table, now)
+        out = table.take(pa.array(kept, pa.int64()))
         if stand_ins:
             out = C.concat([out, C.rows_to_table(stand_ins)])
         return out.drop_columns([C.SIZE, C.PARENT])
 
-    def _take_closed(self, table: pa.Table, now: float) -> list[int]:
-        keep: list[int] = []
-        roots = table[C.ROOT].to_pylist()
-        outcomes = table[C.OUTCOME].to_pylist()
-        causes = _column(table, C.CAUSE)
-        stages = _column(table, C.STAGE)
-        for i, root in enumerate(roots):
-            if root in self._done:
-                self.duplicates += 1
-                continue
-            self._record(root, (outcomes[i], causes[i], stages[i]), now)
-            keep.append(i)
+    def _take_closed(self, table: pa.Table, now: float) -> np.ndarray:
+        """The rows of roots not delivered before (the first copy of each), recorded: all vectorized."""
+        slots = self._slots(table[C.ROOT])
+        _, first = np.unique(slots, return_index=True)
+        keep = np.sort(first[(self._flags.data[slots[first]] & _DONE) == 0])
+        self.duplicates += table.num_rows - len(keep)
+        if len(keep):
+            codes = _codes(table[C.OUTCOME])[keep]
+            causes = table[C.CAUSE] if C.CAUSE in table.column_names else None
+            stages = table[C.STAGE] if C.STAGE in table.column_names else None
+            detail: dict[int, tuple[str | None, str | None]] = {}
+            if causes is not None or stages is not None:
+                picked = pa.array(keep, pa.int64())
+                cause = causes.take(picked) if causes is not None else None
+                stage = stages.take(picked) if stages is not None else None
+                told = _valid(cause, len(keep)) | _valid(stage, len(keep))
+                for i in np.flatnonzero(told).tolist():
+                    detail[int(slots[keep[i]])] = (
+                        cause[i].as_py() if cause is not None else None,
+                        stage[i].as_py() if stage is not None else None,
+                    )
+            self._record(slots[keep], codes, detail, now)
         return keep
 
     def _take_open(self, table: pa.Table, now: float) -> tuple[list[int], list[dict]]:
         """Rows to keep, and one stand-in row per root completed here with no row of its own."""
         keep: list[int] = []
         stand_ins: list[dict] = []
+        slots = self._index.find(table[C.ROOT])
+        known = slots >= 0
+        done = np.zeros(len(slots), dtype=bool)
+        done[known] = (self._flags.data[slots[known]] & _DONE) != 0
+        finished: dict[str, tuple[str, str | None, str | None]] = {}
         roots = table[C.ROOT].to_pylist()
         paths = table[C.PATH].to_pylist()
         sizes = table[C.SIZE].to_pylist()
         outcomes = table[C.OUTCOME].to_pylist()
         causes = table[C.CAUSE].to_pylist()
         stages = table[C.STAGE].to_pylist()
-        for i, root in enumerate(roots):
-            if root in self._done:
+        for i, (root, was_done) in enumerate(zip(roots, done.tolist(), strict=True)):
+            if was_done or root in finished:
                 self.duplicates += 1
                 continue
             part = self._partial.get(root)
@@ -157,26 +204,67 @@ class Ledger:
                     status = _stand_in_status(part)
                     if status[0] != Outcome.PRESENT.value:
                         stand_ins.append(_stand_in(root, status))
-                self._record(root, status, now)
+                finished[root] = status
+        if finished:
+            self._record_statuses(list(finished), list(finished.values()), now)
         return keep, stand_ins
 
-    def _record(self, root: str, status: tuple[str, str | None, str | None], now: float) -> None:
-        self._done[root] = Terminal(status[0], status[1], status[2], now - self._started_at)
-        self._committed += status[0] == Outcome.PRESENT.value
-        self.completed.append(root)
+    def _slots(self, roots: pa.Array | pa.ChunkedArray | list[str]) -> np.ndarray:
+        """The slots of ``roots``, new roots added (not expected, not done)."""
+        slots = self._index.add(roots)
+        size = len(self._index)
+        self._flags.ensure(size)
+        self._seconds.ensure(size)
+        return slots
+
+    def _record_statuses(
+        self, roots: list[str], statuses: list[tuple[str, str | None, str | None]], now: float
+    ) -> None:
+        slots = self._slots(roots)
+        codes = np.array([OUTCOMES.index(s[0]) + 1 for s in statuses], dtype=np.uint8)
+        detail = {
+            int(slot): (s[1], s[2])
+            for slot, s in zip(slots.tolist(), statuses, strict=True)
+            if s[1] is not None or s[2] is not None
+        }
+        self._record(slots, codes, detail, now)
+
+    def _record(
+        self,
+        slots: np.ndarray,
+        codes: np.ndarray,
+        detail: dict[int, tuple[str | None, str | None]],
+        now: float,
+    ) -> None:
+        """Roots (distinct, not done before) complete with these outcome codes and details."""
+        self._flags.data[slots] |= codes
+        self._seconds.data[slots] = now - self._started_at
+        self._order.ensure(self._done + len(slots))
+        self._order.data[self._done : self._done + len(slots)] = slots
+        self._done += len(slots)
+        self._committed += int(np.count_nonzero(codes == 1))
+        self._detail.update(detail)
 
     # -- the end of a pass ----------------------------------------------------------------------
     def delivered(self, root: str) -> bool:
         """True once ``root`` is complete at the consumer."""
-        return root in self._done
+        slot = int(self._index.find([root])[0])
+        return slot >= 0 and bool(self._flags.data[slot] & _DONE)
 
     def missing(self) -> list[str]:
         """Expected roots not complete at the consumer, sorted."""
-        return sorted(self._expected - self._done.keys())
+        flags = self._flags.data[: len(self._index)]
+        return self._ids(np.flatnonzero((flags & _EXPECTED != 0) & (flags & _DONE == 0)))
 
     def unexpected(self) -> list[str]:
         """Roots delivered that no source announced (a bug upstream, reported loudly)."""
-        return sorted(self._done.keys() - self._expected) if self._expected else []
+        if not self._expected:
+            return []
+        flags = self._flags.data[: len(self._index)]
+        return self._ids(np.flatnonzero((flags & _EXPECTED == 0) & (flags & _DONE != 0)))
+
+    def _ids(self, slots: np.ndarray) -> list[str]:
+        return sorted(self._index.ids(slots).to_pylist()) if len(slots) else []
 
     def lost(self, roots: Iterable[str], attempts: int, now: float | None = None) -> pa.Table:
         """Terminal FAILED rows for roots still missing after ``attempts`` repair passes; recorded."""
@@ -185,7 +273,9 @@ class Ledger:
         now = time.time() if now is None else now
         for root in roots:
             self._partial.pop(root, None)
-            self._record(root, (Outcome.FAILED.value, cause, None), now)
+        fresh = [r for r in roots if not self.delivered(r)]
+        if fresh:
+            self._record_statuses(fresh, [(Outcome.FAILED.value, cause, None)] * len(fresh), now)
         n = len(roots)
         return C.conform(
             pa.table(
@@ -197,18 +287,98 @@ class Ledger:
             )
         ).drop_columns([C.PATH, C.SIZE, C.PARENT] if self.level == 0 else [C.SIZE, C.PARENT])
 
-    def terminal(self) -> dict[str, tuple[str, str | None, str | None, float]]:
+    def terminal(self) -> TerminalRows:
         """Every delivered root's terminal row: ``root -> (outcome, cause, stage, committed_s)``."""
-        return {r: (t.outcome, t.cause, t.stage, t.committed_s) for r, t in self._done.items()}
+        order = self._order.data[: self._done]
+        return TerminalRows(
+            self._index.ids(order).to_pylist(),
+            self._flags.data[order] & _DONE,
+            self._seconds.data[order],
+            order,
+            self._detail,
+        )
+
+    def completed_since(self, cursor: int) -> tuple[list[str], int]:
+        """Roots completed after the first ``cursor`` ones (in completion order), and the new cursor."""
+        slots = self._order.data[cursor : self._done]
+        return (self._index.ids(slots).to_pylist() if len(slots) else []), self._done
 
     def progress(self) -> dict[str, int]:
         """Parents committed / failed so far, the expected total and the roots on their way."""
         return {
             "committed": self._committed,
-            "failed": len(self._done) - self._committed,
-            "total": len(self._expected),
+            "failed": self._done - self._committed,
+            "total": self._expected,
             "in_flight_parents": len(self._partial),
         }
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for the roots (numpy and Arrow buffers; dict entries estimated)."""
+        columns = self._flags.data.nbytes + self._seconds.data.nbytes + self._order.data.nbytes
+        dicts = 200 * len(self._detail) + 400 * len(self._partial)
+        return self._index.nbytes + columns + dicts
+
+
+class TerminalRows(Mapping[str, TerminalRow]):
+    """The terminal rows of a ledger, in completion order: a read-only mapping built for one report.
+
+    ``values()`` is one list built at once; :meth:`outcome_stage_counts` counts without a row loop.
+    """
+
+    def __init__(
+        self,
+        roots: list[str],
+        codes: np.ndarray,
+        seconds: np.ndarray,
+        slots: np.ndarray,
+        detail: Mapping[int, tuple[str | None, str | None]],
+    ) -> None:
+        self._roots = roots
+        self._codes = codes
+        self._seconds = seconds
+        self._details: dict[int, tuple[str | None, str | None]] = {}  # position -> detail
+        if detail and len(slots):
+            position = np.zeros(int(slots.max()) + 1, dtype=np.int64)
+            position[slots] = np.arange(len(slots))
+            self._details = {int(position[s]): d for s, d in detail.items()}
+        self._values: list[TerminalRow] | None = None
+        self._where: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._roots)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._roots)
+
+    def __getitem__(self, root: str) -> TerminalRow:
+        if self._where is None:
+            self._where = {r: i for i, r in enumerate(self._roots)}
+        return self.values()[self._where[root]]
+
+    def values(self) -> list[TerminalRow]:  # type: ignore[override]
+        """Every terminal row, in completion order."""
+        if self._values is None:
+            outcomes = np.array(("",) + OUTCOMES, dtype=object)[self._codes].tolist()
+            causes: list[str | None] = [None] * len(self._roots)
+            stages: list[str | None] = [None] * len(self._roots)
+            for i, (cause, stage) in self._details.items():
+                causes[i], stages[i] = cause, stage
+            self._values = list(zip(outcomes, causes, stages, self._seconds.tolist(), strict=True))
+        return self._values
+
+    def outcome_stage_counts(self) -> Counter[tuple[str, str | None]]:
+        """How many roots ended with each ``(outcome, stage)``."""
+        counts: Counter[tuple[str, str | None]] = Counter()
+        for code, n in enumerate(np.bincount(self._codes, minlength=len(OUTCOMES) + 1).tolist()):
+            if code and n:
+                counts[(OUTCOMES[code - 1], None)] = n
+        for i, (_, stage) in self._details.items():
+            if stage is not None:
+                outcome = OUTCOMES[int(self._codes[i]) - 1]
+                counts[(outcome, None)] -= 1
+                counts[(outcome, stage)] += 1
+        return +counts
 
 
 def _stand_in_status(part: _Partial) -> tuple[str, str | None, str | None]:
@@ -232,8 +402,19 @@ def _stand_in(root: str, status: tuple[str, str | None, str | None]) -> dict:
     return {C.ROOT: root, C.PATH: [], C.OUTCOME: status[0], C.CAUSE: status[1], C.STAGE: status[2]}
 
 
-def _column(table: pa.Table, name: str) -> list:
-    if name in table.column_names:
-        return table[name].to_pylist()
-    return [None] * table.num_rows
+def _codes(outcomes: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Outcome codes (1 = PRESENT ...) of an outcome column."""
+    index = pc.index_in(outcomes, value_set=_OUTCOME_SET)
+    if index.null_count:
+        raise ValueError(f"unknown outcome in {pc.unique(outcomes).to_pylist()}")
+    return (np.asarray(index.to_numpy(zero_copy_only=False)) + 1).astype(np.uint8)
+
+
+def _valid(values: pa.ChunkedArray | pa.Array | None, n: int) -> np.ndarray:
+    """Which of the ``n`` values are not null (none when the column is absent)."""
+    if values is None:
+        return np.zeros(n, dtype=bool)
+    if not values.null_count:
+        return np.ones(n, dtype=bool)
+    return np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
 

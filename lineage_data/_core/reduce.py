@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
-from lineage_data._core.errors import ContractError, FencingError, describe
+from lineage_data._core.errors import ContractError, FencingError, UserCodeError, describe
 from lineage_data._core.failures import is_failure
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.plan import Stage
@@ -157,7 +157,7 @@ class ReduceOp:
         self._coordinator = coordinator
         self._holders = holders
         self._carry = tuple(carry)
-        self._fn: Callable[..., Any] | None = stage.fn
+        self._fn: Callable[..., Any] | None = stage.bind() if stage.fn is not None else None
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._children_of = children_of  # the stage whose columns the children carry
         self._known: list[str] | None = None  # its established columns, asked once per batch
@@ -231,8 +231,10 @@ class ReduceOp:
                 known = () if kids else self._columns()  # an empty group: its list columns are []
                 value = collect_children(parent, kids, carry=self._carry, known=known)
             else:
-                value = self._fn(parent, kids, **self._stage.fn_kwargs)
+                value = self._fn(parent, kids)
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            if self._stage.on_error == "raise":
+                raise UserCodeError(f"stage {name!r} raised on a parent: {describe(exc)}") from exc
             return outcomes.from_exception(exc, name), {}
         if is_failure(value):
             return outcomes.from_value(value, name), {}

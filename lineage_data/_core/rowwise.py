@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.outcomes import Outcome, Status
-from lineage_data._core.plan import Kind, Stage, resolve_callable
+from lineage_data._core.plan import Kind, Stage
 from lineage_data._core.state import Verdict
 from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller
 
@@ -34,13 +34,12 @@ class RowStageOp:
         # terminal record; the stage's counts are derived from the terminal rows.
         self._fenced = stage.level > 0
         self._types = C.EstablishedTypes(coordinator, stage.name)
-        fn = resolve_callable(stage.fn, stage.fn_constructor_kwargs)
+        fn = stage.bind()
         if stage.kind is Kind.MAP:
             self._call: BatchCaller | RowCaller = BatchCaller(
                 fn,
                 stage=stage.name,
                 batch_format=stage.batch_format,
-                fn_kwargs=stage.fn_kwargs,
                 on_error=stage.on_error,
                 max_retries=stage.max_retries,
             )
@@ -48,7 +47,6 @@ class RowStageOp:
             self._call = RowCaller(
                 fn,
                 stage=stage.name,
-                fn_kwargs=stage.fn_kwargs,
                 on_error=stage.on_error,
                 predicate=stage.kind is Kind.FILTER,
             )

@@ -4,8 +4,9 @@ It is pure Python. The coordinator actor is a thin shell over one :class:`Lineag
 executor uses it directly. Every method takes a whole batch: callers make one call per batch.
 
 Memory: fencing state is kept per *in-flight parent* and released when the parent is reduced. The root
-registry (sources that discover their roots while running) grows with the corpus; which roots reached
-the consumer is not kept here but by the driver's :class:`~lineage_data._core.ledger.Ledger`.
+registry (sources that discover their roots while running) grows with the corpus, by the id's bytes + ~18
+bytes a root (:class:`~lineage_data._core.roots.RootIndex`); which roots reached the consumer is not kept
+here but by the driver's :class:`~lineage_data._core.ledger.Ledger`.
 
 Faults: the state may be lost (its actor died) and rebuilt empty. Each incarnation has its own *epoch*,
 part of every generation it hands out: a commit for a unit this incarnation never dispatched is
@@ -20,7 +21,11 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from lineage_data._core.errors import DuplicateRootError, FencingError
+from lineage_data._core.ledger import TerminalRows
+from lineage_data._core.roots import RootIndex
 
 Path = tuple[int, ...]
 ParentId = tuple[str, Path | None]  # (root, parent path); None is the parent of a source row
@@ -92,9 +97,8 @@ class LineageState:
         self.epoch = random.getrandbits(30) + 1
         self._generation = self.epoch << EPOCH_BITS
         self._parents: dict[ParentId, _Parent] = {}
-        self._roots: dict[str, str] = {}  # root -> key of the source block that registered it
+        self._roots = RootIndex()  # registered roots, in order (a few bytes each, see _core.roots)
         self._blocks: set[str] = set()
-        self._root_log: list[str] = []
         self._counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._types: dict[str, dict[str, str]] = {}  # stage -> column -> first type seen
         self._reports = 0
@@ -111,23 +115,26 @@ class LineageState:
         """
         self._reports += 1
         key = block if block is not None else f"#{self._reports}"
-        if key in self._blocks:
+        if key in self._blocks or not len(roots):
+            self._blocks.add(key)
             return
-        for root in roots:
-            owner = self._roots.get(root)
-            if owner is not None and owner != key:
-                raise DuplicateRootError(
-                    f"duplicate lineage root id {root!r}: source ids must be unique"
-                )
+        # the block is new, so a root registered before was registered by another block
+        known = self._roots.find(roots)
+        if (known >= 0).any():
+            root = roots[int((known >= 0).argmax())]
+            raise DuplicateRootError(f"duplicate lineage root id {root!r}: source ids must be unique")
         self._blocks.add(key)
-        for root in roots:
-            if root not in self._roots:
-                self._roots[root] = key
-                self._root_log.append(root)
+        self._roots.add(roots)
 
     def roots_since(self, cursor: int) -> tuple[list[str], int]:
         """Roots registered after the first ``cursor`` ones, and the new cursor (for the driver)."""
-        return self._root_log[cursor:], len(self._root_log)
+        roots, size = self.root_ids_since(cursor)
+        return roots.to_pylist(), size
+
+    def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:
+        """:meth:`roots_since` as an Arrow array (cheap to send: no Python object per root)."""
+        size = len(self._roots)
+        return self._roots.ids(range(min(cursor, size), size)), size
 
     # -- per-row stages -------------------------------------------------------------------------
     def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:
@@ -287,18 +294,24 @@ def derived_counts(
 
     ``terminal`` maps each root to ``(outcome, cause, stage, ...)`` as the consumer received it. A root
     that ended PRESENT, or failed at a later stage, passed a stage PRESENT; at the stage that decided
-    it, it was FAILED or DROPPED; after it, SUPPRESSED or DROPPED.
+    it, it was FAILED or DROPPED; after it, SUPPRESSED or DROPPED. Only the number of roots per
+    ``(outcome, stage)`` matters, so a ledger's :class:`~lineage_data._core.ledger.TerminalRows` is
+    counted without a loop over its roots.
     """
+    if isinstance(terminal, TerminalRows):
+        ended = terminal.outcome_stage_counts()
+    else:
+        ended = Counter((row[0], row[2]) for row in terminal.values())
     order = {name: i for i, name in enumerate(stages)}
     counts: dict[str, Counter[str]] = {name: Counter() for name in derived}
-    for outcome, _, stage, *_ in terminal.values():
+    for (outcome, stage), n in ended.items():
         decided = order.get(stage, -1) if stage is not None else None
         for name in derived:
             here = order[name]
             if decided is None or here < decided or outcome == "PRESENT":
-                counts[name]["PRESENT"] += 1
+                counts[name]["PRESENT"] += n
             elif here == decided:
-                counts[name]["DROPPED" if outcome == "DROPPED" else "FAILED"] += 1
+                counts[name]["DROPPED" if outcome == "DROPPED" else "FAILED"] += n
             else:
-                counts[name]["DROPPED" if outcome == "DROPPED" else "SUPPRESSED"] += 1
+                counts[name]["DROPPED" if outcome == "DROPPED" else "SUPPRESSED"] += n
     return {name: dict(c) for name, c in counts.items()}

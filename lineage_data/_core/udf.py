@@ -28,14 +28,18 @@ class BatchResult:
     group: list[bool]
 
 
-def to_format(table: pa.Table, batch_format: str) -> Any:
-    """Convert an Arrow batch to what the user function asked for."""
-    if batch_format in ("pyarrow", "default"):
+def to_format(table: pa.Table, batch_format: str | None) -> Any:
+    """Convert an Arrow batch to a Ray Data batch format (the one converter of the library).
+
+    ``"default"`` and ``"numpy"``: a dict of numpy arrays (Ray's default); ``"pandas"``: a DataFrame;
+    ``"pyarrow"`` and ``None`` (the block as it is): the Arrow table.
+    """
+    if batch_format in ("pyarrow", None):
         return table
+    if batch_format in ("default", "numpy"):
+        return {name: table[name].to_numpy(zero_copy_only=False) for name in table.column_names}
     if batch_format == "pandas":
         return table.to_pandas()
-    if batch_format == "numpy":
-        return {name: table[name].to_numpy(zero_copy_only=False) for name in table.column_names}
     raise ValueError(f"unknown batch_format {batch_format!r}")
 
 
@@ -132,15 +136,13 @@ class BatchCaller:
         fn: Callable[..., Any],
         *,
         stage: str,
-        batch_format: str = "pyarrow",
-        fn_kwargs: Mapping[str, Any] | None = None,
+        batch_format: str | None = "default",
         on_error: str = "isolate",
         max_retries: int = 1,
     ) -> None:
         self._fn = fn
         self._stage = stage
         self._format = batch_format
-        self._kwargs = dict(fn_kwargs or {})
         self._on_error = on_error
         self._retries = max_retries
 
@@ -149,7 +151,7 @@ class BatchCaller:
         return self._attempt(table, self._retries)
 
     def _once(self, table: pa.Table) -> BatchResult:
-        output = self._fn(to_format(table, self._format), **self._kwargs)
+        output = self._fn(to_format(table, self._format))
         return from_output(output, self._stage, table.num_rows)
 
     def _attempt(self, table: pa.Table, retries: int) -> BatchResult:
@@ -210,13 +212,11 @@ class RowCaller:
         fn: Callable[..., Any],
         *,
         stage: str,
-        fn_kwargs: Mapping[str, Any] | None = None,
         on_error: str = "isolate",
         predicate: bool = False,
     ) -> None:
         self._fn = fn
         self._stage = stage
-        self._kwargs = dict(fn_kwargs or {})
         self._on_error = on_error
         self._predicate = predicate
 
@@ -240,7 +240,7 @@ class RowCaller:
 
     def _one(self, row: dict) -> tuple[dict | None, Status, bool]:
         try:
-            value = self._fn(row, **self._kwargs)
+            value = self._fn(row)
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             if self._on_error == "raise":
                 raise UserCodeError(

@@ -186,9 +186,26 @@ class Supervisor(threading.Thread):
 
 
 def kill_all(helpers: Sequence[Helper]) -> None:
-    """Kill helpers for good, whatever handle is current."""
+    """Kill helpers for good, whatever handle is current.
+
+    Each is let finish starting first (a few seconds at most): killing an actor whose process is still
+    starting makes Ray's control store log an error line for a run that did nothing wrong.
+    """
+    if not ray.is_initialized():  # a finalizer after ray.shutdown(): nothing left to stop
+        return
+    handles = []
     for helper in helpers:
         try:
-            ray.kill(ray.get_actor(helper.name, namespace=helper.namespace), no_restart=True)
+            handles.append(ray.get_actor(helper.name, namespace=helper.namespace))
+        except ValueError:
+            continue
+        except Exception:  # noqa: BLE001 - Ray is shutting down (a finalizer at exit): nothing to stop
+            return
+    if not handles:
+        return
+    ray.wait([h.__ray_ready__.remote() for h in handles], num_returns=len(handles), timeout=5)
+    for handle in handles:
+        try:
+            ray.kill(handle, no_restart=True)
         except (ValueError, RayActorError):
             continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -21,10 +22,9 @@ import ray
 import ray.exceptions
 
 from lineage_data._core import columns as C
-from lineage_data._core.errors import AccountingError, ExecutionError, LineageError
+from lineage_data._core.errors import AccountingError, ExecutionError, LineageError, UserCodeError
 from lineage_data._core.ledger import Ledger
 from lineage_data._core.plan import Kind, Plan
-from lineage_data._core.source import root_ids
 from lineage_data._core.state import derived_counts
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import start_coordinator
@@ -35,47 +35,66 @@ from lineage_data.report import RunReport
 
 logger = logging.getLogger("lineage_data")
 
+# "SomeError: message" as the last line of a Python traceback
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(: .*)?$")
+
 
 def ensure_ray(address: str | None = None, **init_kwargs: Any) -> None:
     """Connect to Ray once: ``address`` or ``RAY_ADDRESS`` for a cluster, else a local instance."""
-    if ray.is_initialized():
-        return
-    address = address or os.environ.get("RAY_ADDRESS")
-    init_kwargs.setdefault("log_to_driver", True)
-    ray.init(address=address, **init_kwargs)
+    from lineage_data._ray.init import init_ray
+
+    init_ray(address, **init_kwargs)
 
 
 def _progress_enabled() -> bool:
+    """A parents bar is drawn where Ray Data draws its own bars (a terminal, bars enabled).
+
+    ``LINEAGE_DATA_PROGRESS=0`` turns it off, ``=1`` on.
+    """
     flag = os.environ.get("LINEAGE_DATA_PROGRESS")
     if flag is not None:
         return flag not in ("0", "", "false")
-    return sys.stderr.isatty()
+    from ray.data import DataContext
+
+    return sys.stdout.isatty() and DataContext.get_current().enable_progress_bars
 
 
 class _Progress(threading.Thread):
-    """Redraws one line twice a second: parents committed / failed / total."""
+    """One more bar beside Ray Data's, through Ray's own progress-bar class: parents done / total.
+
+    Ray's ``ProgressBar`` (tqdm, or Ray's tqdm when ``use_ray_tqdm``) shares the terminal with the
+    operator bars of Ray Data's executor, so neither draws over the other.
+    """
 
     def __init__(self, progress: Callable[[], dict[str, int]]) -> None:
         super().__init__(daemon=True, name="lineage-progress")
+        from ray.data._internal.progress.progress_bar import ProgressBar
+
         self._progress = progress
         self._stop = threading.Event()
+        self._bar = ProgressBar("lineage: parents", total=None, unit="parent", position=0,
+                                enabled=True)
+        self._done = 0
 
     def run(self) -> None:
         while not self._stop.wait(0.5):
-            self.draw(self._progress())
+            self._draw()
 
-    @staticmethod
-    def draw(p: dict[str, int], end: str = "") -> None:
+    def _draw(self) -> None:
+        p = self._progress()
         done = p["committed"] + p["failed"]
-        pct = f" ({100 * done / p['total']:.0f}%)" if p["total"] else ""
-        sys.stderr.write(
-            f"\r[lineage] parents {p['committed']} committed, {p['failed']} failed, "
-            f"{done}/{p['total']}{pct}, {p['in_flight_parents']} in flight{end}"
+        self._bar.set_description(
+            f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
+            f"{p['in_flight_parents']} in flight"
         )
-        sys.stderr.flush()
+        self._bar.update(done - self._done, total=p["total"] or None)
+        self._done = done
 
     def stop(self) -> None:
-        self._stop.set()
+        if not self._stop.is_set():
+            self._stop.set()
+            self._draw()
+            self._bar.close()
 
 
 class _Pass:
@@ -85,6 +104,7 @@ class _Pass:
         run_id = new_run_id()
         self.client, create = start_coordinator(run_id)
         self.helpers: list[Helper] = [self.client.helper]
+        self.creators: list[Callable[[], Any]] = [create]
         supervisor.watch(self.client.helper, create)
         self.holders: dict[int, HolderSet] = {}
         for i, stage in enumerate(plan.stages):
@@ -94,6 +114,7 @@ class _Pass:
                 for helper, recreate in started:
                     supervisor.watch(helper, recreate)
                     self.helpers.append(helper)
+                    self.creators.append(recreate)
         self._supervisor = supervisor
         self.dataset = lower(plan, self.client, self.holders)
         self.registered = 0  # cursor into the coordinator's root registry
@@ -140,8 +161,7 @@ class Execution:
     def _chores(self) -> None:
         current = self._pass
         with self._lock:
-            done = self._ledger.completed[self._forgotten :]
-            self._forgotten += len(done)
+            done, self._forgotten = self._ledger.completed_since(self._forgotten)
         if done:
             current.forget(done)
         if self._from_ray:
@@ -160,13 +180,17 @@ class Execution:
             return self._ledger.progress()
 
     # -- consumers ----------------------------------------------------------------------------------
-    def iter_batches(self, *, batch_size: int | None, batch_format: str) -> Iterator[Any]:
-        """Stream the output (copies dropped); repair lost roots; check the run when it ends."""
+    def iter_tables(self, *, prefetch_batches: int = 1) -> Iterator[pa.Table]:
+        """Stream the output blocks (copies dropped); repair lost roots; check the run at the end.
+
+        Closing the generator early (a consumer that stops, or one garbage-collected) stops the run
+        and its helpers.
+        """
         self._begin()
         try:
             for current in self._run_passes():
                 for batch in current.dataset.iter_batches(
-                    batch_size=batch_size, batch_format="pyarrow"
+                    batch_size=None, batch_format="pyarrow", prefetch_batches=prefetch_batches
                 ):
                     assert isinstance(batch, pa.Table)
                     if self._supervisor.error is not None:
@@ -174,16 +198,22 @@ class Execution:
                     with self._lock:
                         out = self._ledger.take(batch)
                     if out.num_rows:
-                        yield _convert(out, batch_format)
+                        yield out
             lost = self._lose()
             if lost is not None:
-                yield _convert(lost, batch_format)
+                yield lost
         except BaseException as exc:
             self._close()
             self._raise(exc)
         self.finish()
 
-    def write(self, action: Callable[[Any], Any], *, prepare: Callable[[Any], Any] | None = None) -> None:
+    def write(
+        self,
+        action: Callable[[Any], Any],
+        *,
+        prepare: Callable[[Any], Any] | None = None,
+        keep_lineage: bool = True,
+    ) -> None:
         """Run a Ray Data write (``action(ds)``) per pass; account the write results; check the run.
 
         ``prepare`` reshapes the dataset before the write (e.g. a streaming split into blocks).
@@ -193,13 +223,14 @@ class Execution:
         try:
             for current in self._run_passes():
                 ds = prepare(current.dataset) if prepare else current.dataset
-                action(accounted(ds, level, self._account))
+                action(accounted(ds, level, self._account, keep_lineage=keep_lineage))
             # Rows the workers could not write because the driver makes them: LostError rows, and the
             # stand-ins of roots that left no row at an open level.
             extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
             if extra:  # already in the ledger: written, not accounted again
                 ds = ray.data.from_arrow(extra)
-                action(accounted(prepare(ds) if prepare else ds, level, lambda sink: None))
+                ds = prepare(ds) if prepare else ds
+                action(accounted(ds, level, lambda sink: None, keep_lineage=keep_lineage))
         except BaseException as exc:
             self._close()
             self._raise(exc)
@@ -214,11 +245,6 @@ class Execution:
                 stand_in = pc.equal(pc.list_value_length(out[C.PATH]), 0)
                 if pc.any(stand_in).as_py():
                     self._stand_ins.append(out.filter(stand_in))
-
-    def materialize(self) -> Any:
-        """Run the plan and keep its (accounted) output in the Ray object store."""
-        tables = list(self.iter_batches(batch_size=None, batch_format="pyarrow"))
-        return ray.data.from_arrow(tables or [C.empty()])
 
     # -- passes -------------------------------------------------------------------------------------
     def _run_passes(self) -> Iterator[_Pass]:
@@ -282,6 +308,11 @@ class Execution:
              f"_{s.name}" in text), None,
         )
         where = f"stage {stage!r}" if stage else "the lineage run"
+        if "creation task" in text:
+            # The user's constructor raised (Ray reports it as the death of the stage's actor).
+            raised = [ln.strip() for ln in text.splitlines() if _EXCEPTION_LINE.match(ln.strip())]
+            what = raised[-1] if raised else text.strip().splitlines()[0]
+            return UserCodeError(f"{where}: the constructor of its callable class raised: {what}")
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return ExecutionError(f"{where} failed outside user code: {type(exc).__name__}: {first}")
 
@@ -314,8 +345,6 @@ class Execution:
         )
         if self._on_report is not None:
             self._on_report(report)
-        if self._progress is not None:
-            _Progress.draw(self._progress_now(), end="\n")
         unexpected = self._ledger.unexpected()
         if unexpected:
             raise AccountingError(
@@ -332,16 +361,65 @@ class Execution:
             p.close()
 
 
+def detached_dataset(plan: Plan) -> Any:
+    """The lowered dataset of ``plan`` for ``to_ray()``: its helpers live while it executes once.
+
+    An execution callback (Ray Data's own hook, on this dataset's context and those derived from it)
+    stops the helpers when the execution ends, succeeded or failed; they also go when the dataset is
+    garbage collected. A second execution raises a :class:`LineageError` (call ``to_ray()`` again):
+    the helpers hold the run's lineage state. No accounting: repair and the report belong to the
+    lineage consumers.
+    """
+    import weakref
+
+    from ray.data._internal.execution.execution_callback import ExecutionCallback
+
+    ensure_ray()
+    current = _Pass(plan, Supervisor())
+    helpers = list(current.helpers)
+    state = {"runs": 0, "stopped": False}
+
+    def stop() -> None:
+        if not state["stopped"]:
+            state["stopped"] = True
+            kill_all(helpers)
+
+    class HelperLifetime(ExecutionCallback):
+        def before_execution_starts(self, executor: Any) -> None:
+            state["runs"] += 1
+            if state["stopped"]:
+                raise LineageError(
+                    "a dataset from LineageDataset.to_ray() executes once (its lineage helpers are "
+                    "gone after the first execution): call to_ray() again"
+                )
+
+        def after_execution_succeeds(self, executor: Any) -> None:
+            stop()
+
+        def after_execution_fails(self, executor: Any, error: Exception) -> None:
+            stop()
+
+    ds = current.dataset
+    ds.context.custom_execution_callback_classes = [
+        *ds.context.custom_execution_callback_classes, HelperLifetime,
+    ]
+    ds = ds.map_batches(C.public, batch_format="pyarrow", batch_size=None)
+    weakref.finalize(ds, kill_all, helpers)
+    return ds
+
+
 def _known_roots(plan: Plan) -> list[str]:
     """The roots a plan's source names before it runs (none for a Ray Dataset source)."""
     src = plan.source
     if src.kind == "items":
-        roots = src.roots or root_ids(src.payload, src.id_column)
+        roots = list(src.roots or ())
     elif src.kind == "files":
         roots = [uri for uri, _ in src.payload[1]]
+    elif src.kind == "materialized":
+        roots = list(src.roots or ())
     else:
         return []
-    return [r for r in roots if plan.keeps(r)]
+    return [roots[i] for i in plan.select(roots)]
 
 
 def _is_ray_error(exc: BaseException) -> bool:
@@ -354,12 +432,3 @@ def _is_ray_error(exc: BaseException) -> bool:
         return True
     return isinstance(exc, ray.exceptions.RayError) or type(exc).__module__.startswith("ray.")
 
-
-def _convert(batch: pa.Table, batch_format: str) -> Any:
-    if batch_format in ("pyarrow", "default"):
-        return batch
-    if batch_format == "pandas":
-        return batch.to_pandas()
-    if batch_format == "numpy":
-        return {name: batch[name].to_numpy(zero_copy_only=False) for name in batch.column_names}
-    raise ValueError(f"unknown batch_format {batch_format!r}")

@@ -11,9 +11,10 @@ from typing import Any
 import pyarrow as pa
 import ray
 from ray.data import ActorPoolStrategy
+from ray.data._internal.util import get_compute_strategy
 
 from lineage_data._core import columns as C
-from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK
+from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import Kind, Plan, Stage
 from lineage_data._core.source import content_ids, items_table, root_ids, with_lineage
@@ -57,12 +58,30 @@ class _Step:
         return lambda batch: end(op(batch))
 
 
-def _actor_class(step: _Step, generator: bool) -> type:
+class _Shipped:
+    """A stage's :class:`_Step`, shipped to the workers by reference.
+
+    The step lives in the object store once per pass (the driver holds it); each operator's closure
+    carries only the reference, so actor constructor arguments stay small and inline (Ray warns about
+    restartable actors whose arguments live in the object store) and no task ships the plan again.
+    """
+
+    def __init__(self, step: _Step) -> None:
+        self.ref = ray.put(step)
+        self.name = step.plan.stages[step.index].name
+        self.key = (step.client.helper.name, step.index)
+
+    def get(self) -> _Step:
+        step: _Step = ray.get(self.ref)
+        return step
+
+
+def _actor_class(shipped: _Shipped, generator: bool) -> type:
     """A callable class holding one operator (built once per actor). Built here, not in a loop."""
 
     class StageActor:
         def __init__(self) -> None:
-            self._run = step.build()
+            self._run = shipped.get().build()
 
         if generator:
 
@@ -74,7 +93,7 @@ def _actor_class(step: _Step, generator: bool) -> type:
             def __call__(self, batch: pa.Table) -> Any:
                 return self._run(batch)
 
-    StageActor.__name__ = StageActor.__qualname__ = step.plan.stages[step.index].name
+    StageActor.__name__ = StageActor.__qualname__ = shipped.name
     return StageActor
 
 
@@ -84,70 +103,88 @@ _OPS: OrderedDict[tuple[str, int], Callable[[pa.Table], Any]] = OrderedDict()
 _MAX_OPS = 32
 
 
-def _op(step: _Step) -> Callable[[pa.Table], Any]:
-    key = (step.client.helper.name, step.index)
-    op = _OPS.get(key)
+def _op(shipped: _Shipped) -> Callable[[pa.Table], Any]:
+    op = _OPS.get(shipped.key)
     if op is None:
-        op = _OPS[key] = step.build()
+        op = _OPS[shipped.key] = shipped.get().build()
         while len(_OPS) > _MAX_OPS:
             _OPS.popitem(last=False)
     return op
 
 
-def _task_fn(step: _Step, generator: bool) -> Any:
+def _task_fn(shipped: _Shipped, generator: bool) -> Any:
     """A function for task-based steps, named after the stage (Ray shows it in operator names)."""
     if generator:
 
         def expand_task(batch: pa.Table) -> Any:
-            yield from _op(step)(batch)
+            yield from _op(shipped)(batch)
 
         fn: Any = expand_task
     else:
 
         def stage_task(batch: pa.Table) -> pa.Table:
-            return _op(step)(batch)
+            return _op(shipped)(batch)
 
         fn = stage_task
-    fn.__name__ = fn.__qualname__ = step.plan.stages[step.index].name
+    fn.__name__ = fn.__qualname__ = shipped.name
     return fn
 
 
-def _compute(stage: Stage) -> Any:
-    if stage.concurrency is None:
-        return ActorPoolStrategy(size=1) if stage.is_class else None
-    if isinstance(stage.concurrency, tuple):
-        return ActorPoolStrategy(min_size=stage.concurrency[0], max_size=stage.concurrency[1])
-    return ActorPoolStrategy(size=stage.concurrency)
+def compute_strategy(stage: Stage) -> Any:
+    """The strategy Ray Data itself would choose for the user's ``fn`` and arguments.
+
+    Ray's own rule (``ray.data._internal.util.get_compute_strategy``): ``compute`` as given, else
+    ``concurrency`` (an int: tasks for a function, a fixed actor pool for a class; a tuple: an
+    autoscaling pool), else tasks for a function and an autoscaling actor pool for a class.
+    """
+    return get_compute_strategy(
+        stage.fn if stage.fn is not None else _no_fn,
+        fn_constructor_args=stage.fn_constructor_args or None,
+        compute=stage.compute,
+        concurrency=stage.concurrency,  # type: ignore[arg-type]
+    )
 
 
-def _resources(stage: Stage) -> dict[str, Any]:
+def _no_fn(batch: Any) -> Any:  # a reduce without fn runs as a function does
+    return batch
+
+
+# Ray's named remote parameters of map_batches (passing them by name triggers no deprecation).
+_NAMED_REMOTE = (
+    "label_selector", "fallback_strategy", "max_calls", "resources", "accelerator_type",
+    "runtime_env", "ray_remote_args_fn",
+)
+
+
+def remote_args(stage: Stage) -> dict[str, Any]:
+    """The stage's resources as ``map_batches`` keyword arguments (Ray's named ones by name)."""
     args: dict[str, Any] = dict(stage.ray_remote_args)
-    if stage.num_cpus is not None:
-        args["num_cpus"] = stage.num_cpus
-    if stage.num_gpus is not None:
-        args["num_gpus"] = stage.num_gpus
+    for key in ("num_cpus", "num_gpus", "memory"):
+        value = getattr(stage, key)
+        if value is not None:
+            args[key] = value
     return args
 
 
-def lower_stage(ds: ray.data.Dataset, step: _Step) -> Any:
-    """Append one stage to ``ds``."""
+def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped) -> Any:
+    """Append one stage to ``ds``: the user's strategy and resources, our operator inside."""
     stage = step.plan.stages[step.index]
-    if stage.kind is Kind.REDUCE:
-        # A task step (many run at once): each reduces the parents its block completes; partial
-        # groups wait in the stage's hash-partitioned holder actors.
-        return ds.map_batches(
-            _task_fn(step, False), batch_format="pyarrow", batch_size=None, **_resources(stage)
-        )
     generator = stage.kind is Kind.EXPAND
-    compute = _compute(stage)
-    fn = _actor_class(step, generator) if compute is not None else _task_fn(step, generator)
-    ds = ds.map_batches(
+    compute = compute_strategy(stage)
+    actors = isinstance(compute, ActorPoolStrategy)
+    fn = _actor_class(shipped, generator) if actors else _task_fn(shipped, generator)
+    # A reduce takes whole blocks: each reduces the parents its block completes; partial groups
+    # wait in the stage's hash-partitioned holder actors.
+    batch_size = None if stage.kind is Kind.REDUCE else stage.batch_size
+    # Ray's public map_batches refuses GPUs without a batch size; Ray's own row verbs (map, filter,
+    # flat_map) go through map_batches_internal, which does not. map_batches checked it at plan time.
+    ds = ds.map_batches_internal(
         fn,
         batch_format="pyarrow",
-        batch_size=stage.batch_size,
+        batch_size=batch_size,
         compute=compute,
         zero_copy_batch=True,
-        **_resources(stage),
+        **remote_args(stage),
     )
     if generator:
         # Ray merges a task's yielded batches into one block; this split is fused into the same task
@@ -166,8 +203,8 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
     src = plan.source
     if src.kind == "items":
         items = src.payload
-        roots = src.roots or root_ids(items, src.id_column)
-        keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
+        roots = list(src.roots or ())  # from_items computed them (and checked them) up front
+        keep = plan.select(roots)
         if len(keep) != len(roots):
             items, roots = [items[i] for i in keep], [roots[i] for i in keep]
         table = items_table(list(items), list(roots))
@@ -178,7 +215,8 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
         from lineage_data._ray.datasource import FileDatasource
 
         fs, files = src.payload
-        files = [(uri, size) for uri, size in files if plan.keeps(uri)]
+        chosen = plan.select([uri for uri, _ in files])
+        files = [files[i] for i in chosen]
         per_task = int(src.options.get("files_per_task", 1))
         return ray.data.read_datasource(FileDatasource(fs, files, files_per_task=per_task))
     if src.kind == "ray":
@@ -204,7 +242,24 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
                 table = table.take(keep)
             return table
 
-        return src.payload.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)
+        source = src.payload if plan.limit is None else src.payload.limit(plan.limit)
+        return source.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)
+    if src.kind == "materialized":
+        refs = list(src.payload)
+        if plan.exclude or plan.only is not None or plan.limit is not None:
+            known = list(src.roots or ())
+            wanted = {known[i] for i in plan.select(known)}
+
+            def keep_roots(batch: pa.Table) -> pa.Table:
+                mask = [r in wanted for r in batch[C.ROOT].to_pylist()]
+                return C.as_roots(batch.filter(pa.array(mask, pa.bool_())))
+
+            return ray.data.from_arrow_refs(refs).map_batches(
+                keep_roots, batch_format="pyarrow", batch_size=None
+            )
+        return ray.data.from_arrow_refs(refs).map_batches(
+            C.as_roots, batch_format="pyarrow", batch_size=None
+        )
     raise ValueError(f"unknown source kind {src.kind!r}")
 
 
@@ -213,7 +268,7 @@ def lower(
     client: Any,
     holder_sets: dict[int, Any],
     *,
-    rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
+    rows_per_block: int | None = None,
 ) -> ray.data.Dataset:
     """The whole plan as a lazy Ray Dataset; its last step also reports terminal rows.
 
@@ -224,8 +279,9 @@ def lower(
     shipped = plan.for_workers()  # stage closures must not carry the source rows to every task
     last = len(plan.stages) - 1
     for index in range(len(plan.stages)):
-        step = _Step(shipped, index, client, rows_per_block, holder_sets.get(index), index == last)
-        ds = lower_stage(ds, step)
+        rows = rows_per_block or block_rows(plan, index)  # one downstream batch (see _core.blocks)
+        step = _Step(shipped, index, client, rows, holder_sets.get(index), index == last)
+        ds = lower_stage(ds, step, _Shipped(step))
     if plan.stages:
         return ds
     level = plan.level

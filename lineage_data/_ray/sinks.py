@@ -23,11 +23,17 @@ _LINEAGE = (C.ROOT, C.OUTCOME, C.CAUSE, C.STAGE, C.PATH, C.SIZE)
 
 
 class AccountedSink(Datasink):
-    """Wraps ``inner``: writes the rows a user sees, reports their lineage with the write result."""
+    """Wraps ``inner``: writes the rows a user sees, reports their lineage with the write result.
 
-    def __init__(self, inner: Any, level: int) -> None:
+    The inner sink gets user columns and the public lineage columns (``keep_lineage=False``: committed
+    rows' user columns only). A sink that keeps a dead-letter table may ask for the failing stage too,
+    with a true ``lineage_stage_column`` attribute.
+    """
+
+    def __init__(self, inner: Any, level: int, *, keep_lineage: bool = True) -> None:
         self.inner = inner
         self.level = level
+        self.keep_lineage = keep_lineage
         self.written: list[tuple[pa.Table, float]] = []
 
     @property
@@ -55,8 +61,16 @@ class AccountedSink(Datasink):
                 else t
                 for t in tables
             ]
+        tables = [self._visible(t) for t in tables]
         result = self.inner.write([t for t in tables if t.num_rows] or tables[:1], ctx)
         return result, C.concat(lineage) if lineage else C.empty(), time.time()
+
+    def _visible(self, table: pa.Table) -> pa.Table:
+        if self.keep_lineage and getattr(self.inner, "lineage_stage_column", False):
+            stage = table[C.STAGE] if C.STAGE in table.column_names else None
+            table = C.public(table)
+            return table.append_column(C.STAGE, stage) if stage is not None else table
+        return C.public(table, keep_lineage=self.keep_lineage)
 
     def on_write_complete(self, write_result: Any) -> None:
         """Keep the lineage of every write task; give the inner sink its own results."""
@@ -71,7 +85,9 @@ class AccountedSink(Datasink):
         self.inner.on_write_failed(error)
 
 
-def accounted(ds: Any, level: int, collect: Callable[[AccountedSink], None]) -> Any:
+def accounted(
+    ds: Any, level: int, collect: Callable[[AccountedSink], None], *, keep_lineage: bool = True
+) -> Any:
     """``ds`` whose ``write_datasink`` (used by every Ray ``write_*``) goes through an AccountedSink.
 
     ``collect`` gets the wrapper once the write is complete.
@@ -79,7 +95,7 @@ def accounted(ds: Any, level: int, collect: Callable[[AccountedSink], None]) -> 
     original = ds.write_datasink
 
     def write_datasink(datasink: Any, **kwargs: Any) -> None:
-        sink = AccountedSink(datasink, level)
+        sink = AccountedSink(datasink, level, keep_lineage=keep_lineage)
         from ray.data.datasource.file_datasink import _FileDatasink
 
         if isinstance(datasink, _FileDatasink):

@@ -1,9 +1,12 @@
 """End-to-end fixtures: one real SeaweedFS S3 server on loopback for the whole session.
 
-- ``s3_server``: the :class:`connectors.seaweed.SeaweedServer` (credentials required, free ports).
-- ``s3_bucket``: ``(settings, "s3://<fresh bucket>")`` for one test.
-- ``s3_env``: the server's ``AWS_*`` variables set for one test (driver process only: Ray workers
-  started earlier keep their environment, so hand them ``s3_filesystem(settings)`` instead).
+- ``s3_server``: a :class:`connectors.testing.seaweed.SeaweedServer` (keys required, free ports).
+- ``s3_bucket``: ``(fs, "s3://<fresh bucket>")`` for one test; ``fs`` carries the server's keys,
+  so it also works in Ray workers started before the test.
+- ``aws_env``: a clean botocore configuration for one test: no ``AWS_*`` variable, and shared
+  config/credentials files that do not exist (the machine's ``~/.aws`` is never read).
+- ``s3_env``: ``aws_env`` plus the server's ``AWS_*`` variables (driver process only: Ray workers
+  started earlier keep their environment).
 """
 
 import re
@@ -11,10 +14,20 @@ import uuid
 
 import pytest
 
-from connectors.s3 import ENV_VARIABLES
-from connectors.seaweed import SeaweedServer
+from connectors.testing.seaweed import SeaweedServer
 
-_AWS_VARIABLES = (*ENV_VARIABLES, "AWS_PROFILE")
+AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+)
 
 
 @pytest.fixture(scope="session")
@@ -34,17 +47,31 @@ def _bucket_name(test_name: str) -> str:
 
 
 @pytest.fixture
-def s3_bucket(s3_server, request):
-    """A new, empty bucket named after the test: ``(settings, "s3://bucket")``."""
-    url = s3_server.make_bucket(_bucket_name(request.node.name))
-    return s3_server.settings, url
+def bucket_name(request):
+    """A fresh bucket name for this test (the bucket is not created)."""
+    return _bucket_name(request.node.name)
 
 
 @pytest.fixture
-def s3_env(s3_server, monkeypatch):
-    """Point the standard ``AWS_*`` variables at the session server for this test only."""
-    for name in _AWS_VARIABLES:
+def s3_bucket(s3_server, bucket_name):
+    """A new, empty bucket named after the test: ``(fs, "s3://bucket")``."""
+    url = s3_server.make_bucket(bucket_name)
+    return s3_server.filesystem(), url
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """No AWS configuration at all for this test: botocore sees only what the test sets."""
+    for name in AWS_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    for name, value in s3_server.settings.to_env().items():
-        monkeypatch.setenv(name, value)
-    return s3_server.settings
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    return monkeypatch
+
+
+@pytest.fixture
+def s3_env(s3_server, aws_env):
+    """Point the standard ``AWS_*`` variables at the session server for this test only."""
+    for name, value in s3_server.env.items():
+        aws_env.setenv(name, value)
+    return s3_server

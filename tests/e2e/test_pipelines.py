@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from connectors.s3 import s3_filesystem
 from connectors.shards import read_dead_letter, read_manifest, read_shards, write_shards
-from connectors.testing import BAD_FILE_ERRORS, bad_files, make_video, write_corpus
+from connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_video, write_corpus
 from examples import pdf_to_shards, video_to_shards
 
 pytestmark = pytest.mark.e2e
@@ -21,26 +20,37 @@ def ray_up(ray_session):
 
 
 def test_30_pdfs_with_3_bad_files_to_shards_on_s3(ray_up, s3_bucket):
-    settings, bucket = s3_bucket
-    fs = s3_filesystem(settings)
-    manifest = write_corpus(f"{bucket}/in", n_pdfs=27, n_bad=3, seed=5, fs=fs, max_pages=60, mean_pages=6)
-    pages = {f["path"]: f["pages"] for f in manifest["files"] if f["kind"] == "pdf" and not f["expected_error"]}
+    fs, bucket = s3_bucket
+    manifest = write_corpus(
+        f"{bucket}/in", n_pdfs=27, n_bad=3, seed=5, fs=fs, max_pages=60, mean_pages=6
+    )
+    pages = {
+        f["path"]: f["pages"]
+        for f in manifest["files"]
+        if f["kind"] == "pdf" and not f["expected_error"]
+    }
     bad = {f["path"]: f["expected_error"] for f in manifest["files"] if f["expected_error"]}
     assert (len(pages), len(bad)) == (27, 3)
-    docs = pdf_to_shards.build([f"{bucket}/in/pdfs/", f"{bucket}/in/bad/"], filesystem=fs, batch_size=8)
+    docs = pdf_to_shards.build(
+        [f"{bucket}/in/pdfs/", f"{bucket}/in/bad/"], filesystem=fs, batch_size=8
+    )
     out = f"{bucket}/shards"
     result = write_shards(docs, out, rows_per_shard=5, filesystem=fs)
     assert (result.rows, result.dead_letter_rows) == (27, 3)
     table = read_shards(out, filesystem=fs)
     rows = table.to_pylist()
-    assert sorted(r["path"].split("/in/")[-1] for r in rows) == sorted(p.split("/in/")[-1] for p in pages)
+    assert sorted(r["path"].split("/in/")[-1] for r in rows) == sorted(
+        p.split("/in/")[-1] for p in pages
+    )
     assert len({r["_lineage_root"] for r in rows}) == 27  # every good PDF exactly once
     for row in rows:
         name = row["path"].split("/in/")[-1]
         expected = next(n for p, n in pages.items() if p.endswith(name))
         numbers = [int(m) for m in re.findall(r"<!-- page (\d+) -->", row["markdown"])]
         assert numbers == list(range(1, expected + 1))
-        texts = [int(m) for m in re.findall(r"page (\d+)\b", re.sub(r"<!--.*?-->", "", row["markdown"]))]
+        texts = [
+            int(m) for m in re.findall(r"page (\d+)\b", re.sub(r"<!--.*?-->", "", row["markdown"]))
+        ]
         assert texts == sorted(texts)  # the text layers come back in page order
     dead = read_dead_letter(out, filesystem=fs).to_pylist()
     assert sorted(d["cause"].split(":")[0] for d in dead) == sorted(bad.values())
@@ -53,15 +63,16 @@ def test_30_pdfs_with_3_bad_files_to_shards_on_s3(ray_up, s3_bucket):
 
 
 def test_6_videos_to_clips_frames_captions_and_rows(ray_up, s3_bucket):
-    settings, bucket = s3_bucket
-    fs = s3_filesystem(settings)
+    fs, bucket = s3_bucket
     seconds = [1.5, 2.0, 3.0, 4.5, 5.0, 2.5]
     for i, s in enumerate(seconds):
         fs.pipe(f"{bucket}/videos/v{i}.mp4", make_video(s, seed=i))
     bad = {n: b for n, b in bad_files().items() if n.endswith(".mp4")}
     for name, data in bad.items():
         fs.pipe(f"{bucket}/videos/bad-{name}", data)
-    videos = video_to_shards.build(f"{bucket}/videos/", filesystem=fs, clip_seconds=1.0, frames_per_clip=2)
+    videos = video_to_shards.build(
+        f"{bucket}/videos/", filesystem=fs, clip_seconds=1.0, frames_per_clip=2
+    )
     out = f"{bucket}/shards"
     result = write_shards(videos, out, rows_per_shard=4, filesystem=fs)
     assert (result.rows, result.dead_letter_rows) == (6, len(bad))
@@ -70,16 +81,37 @@ def test_6_videos_to_clips_frames_captions_and_rows(ray_up, s3_bucket):
         row = rows[f"v{i}.mp4"]
         assert row["clips"] >= math.floor(s)  # about one clip per second, keyframe-aligned
         assert row["clip_starts"] == sorted(row["clip_starts"])
-        assert all(len(c) == 2 and all(t.startswith("echo [image 64x48]") for t in c) for c in row["captions"])
-    dead = {d["root"].rsplit("bad-", 1)[-1]: d["cause"] for d in read_dead_letter(out, filesystem=fs).to_pylist()}
-    assert {n: c.split(":")[0] for n, c in dead.items()} == {n: BAD_FILE_ERRORS[n].__name__ for n in bad}
+        assert all(
+            len(c) == 2 and all(t.startswith("echo [image 64x48]") for t in c)
+            for c in row["captions"]
+        )
+    dead = {
+        d["root"].rsplit("bad-", 1)[-1]: d["cause"]
+        for d in read_dead_letter(out, filesystem=fs).to_pylist()
+    }
+    assert {n: c.split(":")[0] for n, c in dead.items()} == {
+        n: BAD_FILE_ERRORS[n].__name__ for n in bad
+    }
 
 
 @pytest.mark.slow
 def test_make_demo_smoke(tmp_path):
     """The demo script on a tiny corpus, in its own process (its own S3 server and Ray)."""
-    cmd = [sys.executable, "-m", "examples.demo", "--pdfs", "3", "--videos", "1", "--bad", "9",
-           "--max-pages", "8", "--workdir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "examples.demo",
+        "--pdfs",
+        "3",
+        "--videos",
+        "1",
+        "--bad",
+        "9",
+        "--max-pages",
+        "8",
+        "--workdir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()

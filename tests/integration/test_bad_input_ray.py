@@ -27,10 +27,10 @@ def test_int_and_str_children_inside_one_parent_fail_that_parent_only():
         docs(40, 30)
         .expand_lineage(pages, name="pages")
         # batches of several blocks: Ray Data concatenates blocks of different tasks here
-        .map_batches(lambda b: b, name="noop", batch_size=64)
+        .map_batches(lambda b: b, name="noop", batch_size=64, batch_format="pyarrow")
         .reduce_lineage(name="docs")
     )
-    out = by_root(ds.take_all())
+    out = by_root(ds.take_all(), ds.report())
     assert len(out) == 40
     assert status(out["d07"]) == ("FAILED", CONFLICT, "pages")
     for root, row in out.items():
@@ -49,10 +49,10 @@ def test_one_parent_with_str_children_while_the_others_are_int_fails_alone_acros
     ds = (
         docs(12, 20)
         .expand_lineage(pages, name="pages")
-        .map_batches(lambda b: b, name="noop", batch_size=64)
+        .map_batches(lambda b: b, name="noop", batch_size=64, batch_format="pyarrow")
         .reduce_lineage(name="docs")
     )
-    out = by_root(ds.take_all())
+    out = by_root(ds.take_all(), ds.report())
     assert len(out) == 12
     assert status(out["d05"]) == ("FAILED", CONFLICT, "pages")
     for root, row in out.items():
@@ -68,10 +68,10 @@ def test_safely_promoted_types_across_tasks_are_not_failures():
     ds = (
         docs(8, 10)
         .expand_lineage(pages, name="pages")
-        .map_batches(lambda b: b, name="noop", batch_size=64)
+        .map_batches(lambda b: b, name="noop", batch_size=64, batch_format="pyarrow")
         .reduce_lineage(name="docs")
     )
-    out = by_root(ds.take_all())
+    out = by_root(ds.take_all(), ds.report())
     assert all(r["_lineage_outcome"] == "PRESENT" for r in out.values())
     assert out["d03"]["x"] == [i + 0.5 for i in range(10)]
     assert out["d00"]["x"] == list(range(10))
@@ -84,13 +84,13 @@ def test_a_file_deleted_after_listing_fails_its_root_only(tmp_path):
     lines = ds.map(lambda r: {"path": r["path"], "lines": r["bytes"].count(b"\n")}, name="count")
     gone = str(tmp_path / "f2.txt")
     (tmp_path / "f2.txt").unlink()
-    out = by_root(ds.take_all())
+    out = by_root(ds.take_all(), ds.report())
     assert status(out[gone]) == ("FAILED", f"FileNotFoundError: {gone}", "read_files")
     for i in (0, 1, 3, 4):
         row = out[str(tmp_path / f"f{i}.txt")]
         assert (row["_lineage_outcome"], row["bytes"]) == ("PRESENT", b"line\n" * (i + 1))
     # through a stage the cause is kept (the stage after a FAILED row marks it SUPPRESSED)
-    out = by_root(lines.take_all())
+    out = by_root(lines.take_all(), lines.report())
     assert status(out[gone]) == ("SUPPRESSED", f"FileNotFoundError: {gone}", "read_files")
     assert [out[str(tmp_path / f"f{i}.txt")]["lines"] for i in (0, 1, 3, 4)] == [1, 2, 4, 5]
 
@@ -104,7 +104,7 @@ def test_a_reduce_returning_a_list_for_one_parent_fails_that_parent():
             name="docs",
         )
     )
-    out = by_root(ds.take_all())
+    out = by_root(ds.take_all(), ds.report())
     assert status(out["d04"]) == (
         "FAILED",
         "ContractError: reduce_lineage 'docs': the result must be a dict, got list",
@@ -117,7 +117,7 @@ def test_map_returning_a_record_failure_inside_the_dict_fails_that_row():
     ds = ld.from_items([{"doc": i} for i in range(10)], id_column="doc").map(
         lambda r: {"val": ld.RecordFailure("bad") if r["doc"] == 6 else r["doc"] * 2}, name="m"
     )
-    out = by_root(ds.take_all())
+    out = by_root(ds.take_all(), ds.report())
     assert status(out["6"]) == ("FAILED", "bad", "m")
     assert all(r["val"] == int(k) * 2 for k, r in out.items() if k != "6")
 

@@ -55,7 +55,8 @@ def test_longtail_smoke(tmp_path: Path) -> None:
     _frac(h["first_commit_frac"])
     _frac(h["tail_frac"], zero_ok=True)
     _frac(h["gpu_busy_frac"])
-    assert set(h["wall_s"]) >= {"floor", "ray_data", "lineage_data"}
+    assert set(h["wall_s"]) >= {"floor", "ray_data", "lineage_data", "lineage_data_shards"}
+    assert h["shards"]["first_shard_s"] > 0
     assert list(tmp_path.glob("longtail-smoke-*.png"))
 
 
@@ -82,6 +83,16 @@ def test_coordinator_smoke(tmp_path: Path) -> None:
     h = _run_bench("coordinator", tmp_path)
     assert h["events_per_s"] > 0
     assert h["bytes_per_in_flight_parent"] > 0
+    assert h["call_ms"] > 0 and h["call_ms_ray"] > 0
+    assert 0 < h["bytes_per_root_kept_to_the_end"] < 1000
+
+
+def test_smallparents_smoke(tmp_path: Path) -> None:
+    h = _run_bench("smallparents", tmp_path)
+    assert h["wall_ratio_vs_floor"] > 0
+    assert h["wall_ratio_vs_ray_data"] > 0
+    assert set(h["wall_s"]) == {"floor", "ray_data", "lineage_data"}
+    assert h["children"] >= h["parents"] > 0
 
 
 def test_faults_smoke(tmp_path: Path) -> None:

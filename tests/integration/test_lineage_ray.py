@@ -63,7 +63,7 @@ def plan(counts, log_dir, **gpu_kwargs):
             concurrency=4,
             num_gpus=1,
             num_cpus=0.25,
-            fn_constructor_kwargs={"log_dir": str(log_dir), **gpu_kwargs},
+            fn_constructor_kwargs={"log_dir": str(log_dir), **gpu_kwargs}, batch_format="pyarrow"
         )
         .reduce_lineage(assemble, name="assemble")
     )
@@ -145,7 +145,7 @@ def test_nested_levels_on_ray():
         ld.from_items(items, id_column="doc")
         .expand_lineage(lambda r: ({"regions": p} for p in r["pages"]), name="pages")
         .expand_lineage(lambda r: ({"v": v} for v in r["regions"]), name="regions")
-        .map_batches(lambda b: {"v": pa.compute.add(b["v"], 0)}, name="noop")
+        .map_batches(lambda b: {"v": pa.compute.add(b["v"], 0)}, name="noop", batch_format="pyarrow")
         .reduce_lineage(lambda p, ch: {"values": [c["v"] for c in ch]}, name="page")
         .reduce_lineage(
             lambda p, ch: {"doc": p["doc"], "pages": [c["values"] for c in ch]}, name="doc"
@@ -157,7 +157,7 @@ def test_nested_levels_on_ray():
 
 def test_contract_error_reaches_the_driver_with_its_type():
     ds = ld.from_items([{"v": i} for i in range(8)]).map_batches(
-        lambda b: {"v": [1]}, name="shrink", batch_size=4
+        lambda b: {"v": [1]}, name="shrink", batch_size=4, batch_format="pyarrow"
     )
     with pytest.raises(ld.ContractError, match="stage 'shrink'"):
         ds.take_all()
@@ -207,7 +207,7 @@ def test_isolate_on_ray_fails_only_the_poisoned_row():
             raise ValueError("poisoned")
         return {"v": values}
 
-    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(fragile, batch_size=4)
+    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(fragile, batch_size=4, batch_format="pyarrow")
     rows = {r["_lineage_root"]: r for r in ds.take_all()}
     assert [rows[k]["_lineage_outcome"] for k in "0123"] == [
         "PRESENT",

@@ -5,6 +5,7 @@ loss does to them), because a real process loss cannot be aimed at one root on d
 covers real kills. Everything else is the real path: passes, restricted plans, the ledger, the writers.
 """
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset  # noqa: F401 - pa.dataset
@@ -22,7 +23,7 @@ def docs_plan(n=10):
     return (
         ld.from_items(items, id_column="doc")
         .expand_lineage(lambda r: ({"page": i} for i in range(r["n"])), name="pages")
-        .map_batches(lambda b: {"v": [p * 10 for p in b["page"].to_pylist()]}, name="ocr")
+        .map_batches(lambda b: {"v": [p * 10 for p in b["page"].to_pylist()]}, name="ocr", batch_format="pyarrow")
         .reduce_lineage(lambda p, ch: {"doc": p["doc"], "v": [c["v"] for c in ch]}, name="docs")
     )
 
@@ -115,8 +116,9 @@ def test_open_level_plan_is_repaired_without_second_copies(lose):
     )
     lose({"d2": 1})
     rows = plan.take_all()
-    keys = [(r[C.ROOT], tuple(r[C.PATH])) for r in rows]
-    assert sorted(keys) == sorted((f"d{i}", (j,)) for i in range(6) for j in range(3))
+    keys = [(r[C.ROOT], r["page"]) for r in rows]
+    assert sorted(keys) == sorted((f"d{i}", j) for i in range(6) for j in range(3))
+    assert {k for r in rows for k in r if k.startswith("_lineage_")} == {C.ROOT, C.OUTCOME, C.CAUSE}
 
 
 def test_an_unreachable_helper_raises_a_typed_error_naming_the_stage(monkeypatch):
@@ -144,7 +146,8 @@ def test_issue_13_cases_on_ray():
     children = src.expand_lineage(pages, name="pages").map(lambda r: {"q": r["p"]}, name="q")
     rows = children.take_all()
     bad = [r for r in rows if r[C.ROOT] == "bad"]
-    assert [(r[C.OUTCOME], r[C.CAUSE], r[C.STAGE]) for r in bad] == [("FAILED", "OSError: unreadable", "pages")]
+    assert [(r[C.OUTCOME], r[C.CAUSE]) for r in bad] == [("FAILED", "OSError: unreadable")]
+    assert children.report().parents.filter(pl.col("root") == "bad")["stage"].to_list() == ["pages"]
     assert sorted(r["q"] for r in rows if r[C.ROOT] == "doc0") == [0, 1]
     docs = by_root(
         src.expand_lineage(pages, name="pages").expand_lineage(regions).reduce_lineage().reduce_lineage().take_all()

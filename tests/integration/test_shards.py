@@ -59,7 +59,7 @@ def build(delay=0.0, docs=12):
     return (
         ld.from_items(items, id_column="doc")
         .expand_lineage(pages, carry=["doc"], name="render")
-        .map_batches(Ocr, name="ocr", batch_size=1, concurrency=1, num_cpus=0.5,
+        .map_batches(Ocr, name="ocr", batch_size=1, batch_format="pyarrow", concurrency=1, num_cpus=0.5,
                      fn_constructor_kwargs={"delay": delay})
         .reduce_lineage(assemble, name="assemble")
     )
@@ -100,9 +100,11 @@ def test_write_read_back_equals_lineage_output(tmp_path):
 
     dead = by_root(read_dead_letter(str(tmp_path)).to_pylist(), "root")
     want = by_root([r for r in expected if r[ld.OUTCOME] != "PRESENT"])
+    stages = dict(result.report.failures.select("root", "stage").iter_rows())
     assert [(d["root"], d["outcome"], d["cause"], d["stage"]) for d in dead] == [
-        (r[ld.ROOT], r[ld.OUTCOME], r[ld.CAUSE], r[ld.STAGE]) for r in want
+        (r[ld.ROOT], r[ld.OUTCOME], r[ld.CAUSE], stages[r[ld.ROOT]]) for r in want
     ]
+    assert [d["stage"] for d in dead] == ["render", "ocr"]
     assert [d["outcome"] for d in dead] == ["FAILED", "SUPPRESSED"]
     assert all(d["run_id"] == result.run_id for d in dead)
 
@@ -131,7 +133,8 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys
     import ray
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    import lineage_data as ld
+    ld.init(include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     from test_shards import build
     from connectors.shards import write_shards

@@ -264,7 +264,7 @@ def test_map_batches_column_mixing_int_and_str_fails_the_rows_that_do_not_fit():
         return {"val": [d if d % 3 else f"s{d}" for d in batch["doc"].to_pylist()]}
 
     plan = ld.from_items([{"doc": d} for d in range(1, 10)], id_column="doc")
-    plan = plan.map_batches(label, name="label")
+    plan = plan.map_batches(label, name="label", batch_format="pyarrow")
     out = by_root(run_local(plan.plan, batch_size=None, shuffle=False).rows)
     for d in range(1, 10):
         row = out[str(d)]
@@ -307,7 +307,7 @@ def test_map_batches_failed_row_values_decide_no_type():
             "b": ["junk" if d == 0 else d for d in docs_],
         }
 
-    plan = ld.from_items([{"doc": d} for d in range(3)], id_column="doc").map_batches(fn)
+    plan = ld.from_items([{"doc": d} for d in range(3)], id_column="doc").map_batches(fn, batch_format="pyarrow")
     out = by_root(run_local(plan.plan, batch_size=None, shuffle=False).rows)
     assert status(out["0"])[:2] == ("FAILED", "no")
     assert [out[d]["b"] for d in ("1", "2")] == [1, 2]
@@ -321,7 +321,7 @@ def test_isolated_halves_with_conflicting_types_fail_only_the_rows_that_do_not_f
         return {"v": [d if d < 4 else f"s{d}" for d in docs_]}
 
     plan = ld.from_items([{"doc": d} for d in range(8)], id_column="doc")
-    plan = plan.map_batches(fn, name="iso", max_retries=0)
+    plan = plan.map_batches(fn, name="iso", max_retries=0, batch_format="pyarrow")
     out = by_root(run_local(plan.plan, batch_size=None, shuffle=False).rows)
     assert status(out["0"]) == ("FAILED", "ValueError: poison", "iso")
     assert [out[str(d)]["v"] for d in (1, 2, 3)] == [1, 2, 3]
@@ -404,7 +404,7 @@ def test_group_failure_inside_the_dict_map_returns_fails_the_group():
 
 def test_a_wrong_output_row_count_still_raises_naming_the_stage():
     plan = ld.from_items([{"doc": d} for d in range(4)], id_column="doc")
-    plan = plan.map_batches(lambda b: {"v": [1]}, name="shrink")
+    plan = plan.map_batches(lambda b: {"v": [1]}, name="shrink", batch_format="pyarrow")
     with pytest.raises(ld.ContractError, match="stage 'shrink'"):
         run_local(plan.plan, batch_size=None)
 

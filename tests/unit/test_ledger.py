@@ -128,3 +128,64 @@ def test_run_local_uses_the_ledger_and_reduce_op_still_reduces():
     assert run.rows[0]["p"] == [0, 1, 2]
     assert run.ledger.terminal()["x"][0] == "PRESENT"
     assert ReduceOp  # imported for the type of holders used above
+
+
+def test_roots_delivered_before_they_are_expected_are_not_unexpected_once_announced():
+    # a Ray Dataset source announces its roots while the run goes: rows may come first
+    ledger = Ledger(0, started_at=0.0)
+    ledger.take(closed(["a", "b"]), now=1.0)
+    assert ledger.unexpected() == [] and ledger.progress()["total"] == 0
+    ledger.expect(["a", "b", "c"])
+    ledger.expect(["c"])  # announced twice: counted once
+    assert (ledger.unexpected(), ledger.missing(), ledger.progress()["total"]) == ([], ["c"], 3)
+    ledger.take(closed(["x"]), now=2.0)
+    assert ledger.unexpected() == ["x"]
+
+
+def test_terminal_rows_keep_causes_of_failed_roots_and_count_without_a_loop():
+    from lineage_data._core.ledger import TerminalRows
+    from lineage_data._core.state import derived_counts
+
+    ledger = Ledger(0, ["a", "b", "c", "d"], started_at=0.0)
+    rows = C.conform(
+        pa.table(
+            {
+                C.ROOT: ["a", "b", "c", "d"],
+                C.OUTCOME: ["PRESENT", "FAILED", "DROPPED", "PRESENT"],
+                C.CAUSE: [None, "ValueError: x", None, None],
+                C.STAGE: [None, "ocr", "keep", None],
+            }
+        )
+    )
+    ledger.take(rows, now=2.5)
+    terminal = ledger.terminal()
+    assert isinstance(terminal, TerminalRows)
+    assert dict(terminal) == {
+        "a": ("PRESENT", None, None, 2.5),
+        "b": ("FAILED", "ValueError: x", "ocr", 2.5),
+        "c": ("DROPPED", None, "keep", 2.5),
+        "d": ("PRESENT", None, None, 2.5),
+    }
+    stages, derived = ["keep", "ocr"], ["keep", "ocr"]
+    assert derived_counts(stages, derived, terminal) == derived_counts(
+        stages, derived, dict(terminal)
+    )
+
+
+def test_completed_since_names_roots_in_completion_order():
+    ledger = Ledger(0, ["a", "b", "c"], started_at=0.0)
+    ledger.take(closed(["b"]))
+    names, cursor = ledger.completed_since(0)
+    ledger.take(closed(["c", "a"]))
+    assert (names, cursor) == (["b"], 1)
+    assert ledger.completed_since(cursor) == (["c", "a"], 3)
+
+
+def test_a_finished_root_costs_a_few_bytes():
+    n = 50_000
+    roots = [f"doc-{i:09d}" for i in range(n)]  # 13-byte ids
+    ledger = Ledger(0, roots, started_at=0.0)
+    for lo in range(0, n, 5_000):
+        ledger.take(closed(roots[lo : lo + 5_000]))
+    assert ledger.missing() == [] and ledger.progress()["committed"] == n
+    assert ledger.nbytes / n < 64

@@ -32,7 +32,7 @@ def test_record_failure_fails_one_page_and_suppresses_its_doc():
             ]
         }
 
-    pages = docs().expand_lineage(pages3).map_batches(ocr, name="ocr")
+    pages = docs().expand_lineage(pages3).map_batches(ocr, name="ocr", batch_format="pyarrow")
     open_rows = run_local(pages.plan, batch_size=2).rows
     status = {
         (r["_lineage_root"], tuple(r["_lineage_path"])): r["_lineage_outcome"] for r in open_rows
@@ -62,7 +62,7 @@ def test_group_failure_suppresses_unstarted_siblings_of_that_doc_only():
         seen.extend(keys)
         return {"text": [ld.GroupFailure("encrypted") if k == (1, 0) else "ok" for k in keys]}
 
-    pages = docs().expand_lineage(pages3).map_batches(ocr, name="ocr")
+    pages = docs().expand_lineage(pages3).map_batches(ocr, name="ocr", batch_format="pyarrow")
     rows = run_local(pages.plan, batch_size=1, shuffle=False).rows
     status = {
         (r["_lineage_root"], tuple(r["_lineage_path"])): (
@@ -172,7 +172,7 @@ def test_isolate_fails_only_the_poisoned_row_of_a_batch_of_four():
             raise ValueError("poison 3")
         return {"v2": [v * 2 for v in values]}
 
-    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(fragile, batch_size=4)
+    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(fragile, batch_size=4, batch_format="pyarrow")
     out = by_root(run_local(ds.plan, batch_size=4, shuffle=False).rows)
     assert [out[str(v)]["v2"] for v in range(3)] == [0, 2, 4]
     assert (out["3"]["_lineage_outcome"], out["3"]["_lineage_cause"]) == (
@@ -186,7 +186,7 @@ def test_on_error_raise_stops_the_run_with_the_original_cause():
     def bad(batch):
         raise KeyError("k")
 
-    ds = ld.from_items([{"v": 1}]).map_batches(bad, on_error="raise", name="bad")
+    ds = ld.from_items([{"v": 1}]).map_batches(bad, on_error="raise", name="bad", batch_format="pyarrow")
     with pytest.raises(ld.UserCodeError, match="stage 'bad'") as info:
         run_local(ds.plan)
     assert isinstance(info.value.__cause__, KeyError)
@@ -196,13 +196,13 @@ def test_none_and_empty_list_are_present_values():
     def f(batch):
         return {"x": [None, [], None][: batch.num_rows]}
 
-    ds = ld.from_items([{"v": 0}, {"v": 1}]).map_batches(f, batch_size=2)
+    ds = ld.from_items([{"v": 0}, {"v": 1}]).map_batches(f, batch_size=2, batch_format="pyarrow")
     rows = run_local(ds.plan, batch_size=2, shuffle=False).rows
     assert [r["_lineage_outcome"] for r in rows] == ["PRESENT", "PRESENT"]
 
 
 def test_row_count_mismatch_is_a_contract_error_naming_the_stage():
-    ds = ld.from_items([{"v": i} for i in range(4)]).map_batches(lambda b: {"v": [1]}, name="ocr")
+    ds = ld.from_items([{"v": i} for i in range(4)]).map_batches(lambda b: {"v": [1]}, name="ocr", batch_format="pyarrow")
     with pytest.raises(
         ld.ContractError, match="stage 'ocr': expected 4 output rows for 4 input rows, got 1"
     ):
@@ -216,7 +216,7 @@ def test_plan_errors_before_anything_runs():
     with pytest.raises(ld.PlanError, match="used twice"):
         ds.map(dict, name="a").map(dict, name="a")
     with pytest.raises(ld.PlanError, match="on_error"):
-        ds.map_batches(dict, on_error="ignore")
+        ds.map_batches(dict, on_error="ignore", batch_format="pyarrow")
     with pytest.raises(ld.DuplicateRootError):
         ld.from_items([{"id": 1}, {"id": 1}], id_column="id")
 
@@ -247,7 +247,7 @@ def test_427_page_parent_and_one_child_parent_in_any_batching():
     plan = (
         ld.from_items([{"doc": "big", "n": 427}, {"doc": "one", "n": 1}], id_column="doc")
         .expand_lineage(pages3)
-        .map_batches(lambda b: {"p2": pa.compute.multiply(b["page"], 2)})
+        .map_batches(lambda b: {"p2": pa.compute.multiply(b["page"], 2)}, batch_format="pyarrow")
         .reduce_lineage()
     )
     for batch_size, seed in itertools.product([1, 7, 64], [0, 1]):
@@ -273,7 +273,7 @@ def test_explain_needs_no_ray():
     text = (
         docs()
         .expand_lineage(pages3, carry=["doc"])
-        .map_batches(dict, batch_size=32, num_gpus=1, concurrency=4)
+        .map_batches(dict, batch_size=32, num_gpus=1, concurrency=4, batch_format="pyarrow")
         .reduce_lineage()
         .explain()
     )

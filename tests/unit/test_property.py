@@ -43,7 +43,7 @@ def plan(items, mode):
     return (
         ld.from_items(items, id_column="name")
         .expand_lineage(children, name="split")
-        .map_batches(work, name="work")
+        .map_batches(work, name="work", batch_format="pyarrow")
         .filter(lambda r: r["code"] != 4, name="keep")
         .reduce_lineage(assemble, name="join", on_child_failure=mode)
     )

@@ -12,7 +12,7 @@ from PIL import Image
 
 from connectors import errors
 from connectors.pdf import ExtractText, PdfPages, normalize_text, render_pages, render_scale
-from connectors.testing import BAD_FILE_ERRORS, bad_files, make_pdf
+from connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_pdf
 from lineage_data._core.failures import RecordFailure
 
 

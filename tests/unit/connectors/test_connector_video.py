@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from connectors import errors
-from connectors.testing import BAD_FILE_ERRORS, bad_files, make_pdf, make_png, make_video
+from connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_pdf, make_png, make_video
 from connectors.video import clip_audio, clip_bounds, mp4_truncation, sample_frames, split_clips
 
 FPS = 12

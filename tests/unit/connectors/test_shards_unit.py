@@ -41,8 +41,13 @@ def batch(roots, outcomes=None, **user):
     cols = {
         C.ROOT: pa.array(roots, pa.string()),
         C.OUTCOME: pa.array(outcomes, pa.string()),
-        C.CAUSE: pa.array([None if o == "PRESENT" else f"cause-{r}" for r, o in zip(roots, outcomes, strict=True)],
-                          pa.string()),
+        C.CAUSE: pa.array(
+            [
+                None if o == "PRESENT" else f"cause-{r}"
+                for r, o in zip(roots, outcomes, strict=True)
+            ],
+            pa.string(),
+        ),
         C.STAGE: pa.array([None if o == "PRESENT" else "pages" for o in outcomes], pa.string()),
     }
     cols.update(user)
@@ -69,11 +74,15 @@ def test_present_rows_to_shards_others_to_dead_letter(tmp_path):
     rows = read_shards(str(tmp_path))
     assert rows.column_names == [C.ROOT, "text"]  # bookkeeping columns dropped
     assert sorted(rows.to_pylist(), key=lambda r: r[C.ROOT]) == [
-        {C.ROOT: "a", "text": "x"}, {C.ROOT: "c", "text": "z"}, {C.ROOT: "e", "text": "e!"}
+        {C.ROOT: "a", "text": "x"},
+        {C.ROOT: "c", "text": "z"},
+        {C.ROOT: "e", "text": "e!"},
     ]
     dead = read_dead_letter(str(tmp_path))
     assert dead.schema == DEAD_LETTER_SCHEMA
-    assert [(r["root"], r["outcome"], r["cause"], r["stage"], r["run_id"]) for r in dead.to_pylist()] == [
+    assert [
+        (r["root"], r["outcome"], r["cause"], r["stage"], r["run_id"]) for r in dead.to_pylist()
+    ] == [
         ("b", "FAILED", "cause-b", "pages", "run-1"),
         ("d", "SUPPRESSED", "cause-d", "pages", "run-1"),
     ]
@@ -86,9 +95,15 @@ def test_manifest_entry_is_complete_json(tmp_path):
     (entry,) = w.close()
     raw = json.loads((tmp_path / "_manifest" / f"{entry.entry}.json").read_text())
     assert raw == {
-        "entry": entry.entry, "kind": "shard", "file": entry.file, "rows": 2,
-        "bytes": (tmp_path / entry.file).stat().st_size, "roots": ["r1", "r2"], "run_id": "run-1",
-        "committed_at": 1234.5, "version": 1,
+        "entry": entry.entry,
+        "kind": "shard",
+        "file": entry.file,
+        "rows": 2,
+        "bytes": (tmp_path / entry.file).stat().st_size,
+        "roots": ["r1", "r2"],
+        "run_id": "run-1",
+        "committed_at": 1234.5,
+        "version": 1,
     }
     assert entry.file.startswith("part-") and entry.file.endswith(".parquet")
     assert ManifestEntry.from_json(entry.to_json()) == entry
@@ -103,7 +118,12 @@ def test_newer_manifest_version_is_refused():
 def test_rows_per_shard_splits_batches(tmp_path):
     w = writer(tmp_path, rows_per_shard=7)
     for start in range(0, 30, 10):
-        w.add(batch([f"r{i:02d}" for i in range(start, start + 10)], x=pa.array(range(start, start + 10))))
+        w.add(
+            batch(
+                [f"r{i:02d}" for i in range(start, start + 10)],
+                x=pa.array(range(start, start + 10)),
+            )
+        )
     w.close()
     assert sorted(shard_sizes(tmp_path)) == [2, 7, 7, 7, 7]
     for e in read_manifest(str(tmp_path)).shards:
@@ -163,13 +183,18 @@ def test_missing_columns_are_filled_within_a_shard(tmp_path):
     w.add(batch(["b"], x=pa.array([2])))
     (entry,) = w.close()
     assert pq.read_table(tmp_path / entry.file).to_pylist() == [
-        {C.ROOT: "a", "x": 1, "y": "a"}, {C.ROOT: "b", "x": 2, "y": None}
+        {C.ROOT: "a", "x": 1, "y": "a"},
+        {C.ROOT: "b", "x": 2, "y": None},
     ]
 
 
 def test_lineage_missing_is_kept(tmp_path):
     w = writer(tmp_path)
-    w.add(batch(["a"], x=pa.array([1])).append_column(C.MISSING, pa.array([[2]], pa.list_(pa.int32()))))
+    w.add(
+        batch(["a"], x=pa.array([1])).append_column(
+            C.MISSING, pa.array([[2]], pa.list_(pa.int32()))
+        )
+    )
     w.close()
     assert read_shards(str(tmp_path)).column_names == [C.ROOT, "x", C.MISSING]
 
@@ -200,7 +225,9 @@ def test_orphans_are_ignored_and_removed(tmp_path):
     assert sorted(read_shards(str(tmp_path))[C.ROOT].to_pylist()) == ["a", "b"]
     removed = remove_orphans(str(tmp_path))
     assert len(removed) == 3
-    assert sorted(p.name for p in tmp_path.glob("part-*")) == [read_manifest(str(tmp_path)).shards[0].file]
+    assert sorted(p.name for p in tmp_path.glob("part-*")) == [
+        read_manifest(str(tmp_path)).shards[0].file
+    ]
     assert remove_orphans(str(tmp_path)) == []
 
 
@@ -221,7 +248,11 @@ def test_readers_return_a_root_once_even_if_listed_twice(tmp_path):
         w.add(batch(["a", f"only-{run}"], x=pa.array([value, value])))
         w.close()
     rows = sorted(read_shards(str(tmp_path)).to_pylist(), key=lambda r: r[C.ROOT])
-    assert rows == [{C.ROOT: "a", "x": 1}, {C.ROOT: "only-one", "x": 1}, {C.ROOT: "only-two", "x": 2}]
+    assert rows == [
+        {C.ROOT: "a", "x": 1},
+        {C.ROOT: "only-one", "x": 1},
+        {C.ROOT: "only-two", "x": 2},
+    ]
 
 
 def test_dead_letter_newest_outcome_wins_and_shards_supersede(tmp_path):
@@ -291,7 +322,9 @@ def local_write(monkeypatch):
     local_write.crash_after = None
     local_write.calls = calls
     monkeypatch.setattr(
-        ld.LineageDataset, "write_datasink", lambda self, sink, rows_per_write=None: fake_write(self, sink, rows_per_write)
+        ld.LineageDataset,
+        "write_datasink",
+        lambda self, sink, rows_per_write=None: fake_write(self, sink, rows_per_write),
     )
     monkeypatch.setattr(shards, "_datasink_class", lambda: FakeSink)
     return local_write
@@ -304,8 +337,10 @@ def pipeline(fail=("d3", "d7")):
         return [{"page": i} for i in range(row["n"])]
 
     items = [{"doc": f"d{i}", "n": i % 3} for i in range(12)]
-    return ld.from_items(items, id_column="doc").expand_lineage(expand, name="pages").reduce_lineage(
-        name="docs"
+    return (
+        ld.from_items(items, id_column="doc")
+        .expand_lineage(expand, name="pages")
+        .reduce_lineage(name="docs")
     )
 
 
@@ -355,7 +390,10 @@ def test_rerun_of_finished_path_does_nothing(tmp_path, local_write):
 def test_failed_roots_are_not_retried_unless_asked(tmp_path, local_write):
     write_shards(pipeline(fail=("d3", "d7")), str(tmp_path))
     again = write_shards(pipeline(fail=()), str(tmp_path))  # the cause is fixed
-    assert again.rows == 0 and sorted(read_dead_letter(str(tmp_path))["root"].to_pylist()) == ["d3", "d7"]
+    assert again.rows == 0 and sorted(read_dead_letter(str(tmp_path))["root"].to_pylist()) == [
+        "d3",
+        "d7",
+    ]
     retry = write_shards(pipeline(fail=("d7",)), str(tmp_path), retry_failed=True)
     assert local_write.calls[-1] == sorted(f"d{i}" for i in range(12) if i not in (3, 7))
     assert (retry.rows, retry.dead_letter_rows, retry.skipped_roots) == (1, 1, 10)

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from connectors.testing.echo_llm import EchoLLM
 from connectors.vllm import (
     NUM_GENERATED_TOKENS,
     NUM_PROMPT_TOKENS,
-    EchoLLM,
     VllmStage,
 )
 from lineage_data._core.failures import RecordFailure

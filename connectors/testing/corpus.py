@@ -34,6 +34,7 @@ from connectors.errors import (
     TruncatedInputError,
     UnsupportedInputError,
 )
+from lineage_data.storage import resolve_filesystem
 
 __all__ = [
     "BAD_FILE_ERRORS",
@@ -495,9 +496,7 @@ def _target(directory_or_url: str | os.PathLike[str], fs: Any) -> tuple[Any, str
     """``(filesystem or None for local, root path without a trailing slash)``."""
     target = os.fspath(directory_or_url)
     if fs is None and "://" in target:
-        import fsspec
-
-        fs, _ = fsspec.core.url_to_fs(target)
+        fs, _ = resolve_filesystem(target)  # the library's resolver: S3 configured as for reads
     if fs is None:
         return None, os.path.abspath(target)
     return fs, target.rstrip("/")

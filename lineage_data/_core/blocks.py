@@ -1,0 +1,77 @@
+"""How big the blocks after an expansion are: sized from the work that reads them, not a constant.
+
+Every block costs the runtime the same (a task or an actor call, an object in the store), so thousands of
+5-child parents should share blocks; but a 427-child parent must still be cut into several blocks, or
+one GPU actor gets all of it. A block of one downstream batch does both: the parent spreads over
+``children / batch_size`` actors, and small parents fill the batch together. Rows that are large fill a
+block by bytes first (:data:`TARGET_BLOCK_BYTES`, applied by the expansion as it emits children).
+
+Example:
+    >>> from lineage_data._core.plan import Kind, Plan, Source, Stage
+    >>> plan = Plan(Source("items", ()), (
+    ...     Stage(Kind.EXPAND, "pages", fn=iter, level=0),
+    ...     Stage(Kind.MAP, "ocr", fn=len, level=1, batch_size=32),
+    ...     Stage(Kind.REDUCE, "docs", fn=None, level=1),
+    ... ))
+    >>> rows_per_block(plan, 0)
+    32
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lineage_data._core.plan import Kind, Plan
+
+# Rows per block when nothing downstream says how it batches (the historical default).
+DEFAULT_ROWS_PER_BLOCK = 16
+# Rows per block when the children go straight to a reduce, or out of the plan: no stage runs a
+# function per batch of them, so fewer, bigger blocks are cheaper (and complete more parents in one).
+WIDE_ROWS_PER_BLOCK = 1024
+# A block is cut at this many bytes of children even before it has its rows: a few MB, so large rows
+# (rendered pages, frames) spread early and the object store moves reasonable pieces.
+TARGET_BLOCK_BYTES = 4 * 1024 * 1024
+
+
+def rows_per_block(plan: Plan, index: int) -> int:
+    """Rows per block of the children that the expansion at ``index`` emits.
+
+    The first stage on the children's level with a ``batch_size`` decides: one block is one of its
+    batches. A stage before it without one (``filter``, ``map``, ``map_batches`` taking whole blocks)
+    may be costly per row, so the blocks stay small (:data:`DEFAULT_ROWS_PER_BLOCK`) if no stage says
+    more; so do the blocks of a nested expansion (each child is a parent again and should spread).
+    Children that go straight to a reduce or out of the plan take wide blocks.
+    """
+    unsized = False
+    for stage in plan.stages[index + 1 :]:
+        if stage.kind is Kind.EXPAND:
+            return DEFAULT_ROWS_PER_BLOCK
+        if stage.kind is Kind.REDUCE:
+            break
+        if stage.batch_size is not None:
+            return stage.batch_size
+        unsized = True
+    return DEFAULT_ROWS_PER_BLOCK if unsized else WIDE_ROWS_PER_BLOCK
+
+
+_SCALARS = (int, float, bool, type(None))
+_SIZED = (str, bytes, bytearray, memoryview)
+
+
+def row_bytes(row: Mapping) -> int:
+    """About how many bytes ``row`` takes in Arrow: strings and bytes by length, the rest 8 a value.
+
+    >>> row_bytes({"page": b"x" * 1000, "n": 3})
+    1008
+    """
+    total = 0
+    for value in row.values():
+        if isinstance(value, _SCALARS):
+            total += 8
+        elif isinstance(value, _SIZED):
+            total += len(value)
+        elif isinstance(value, list | tuple):
+            total += 8 * len(value)
+        else:
+            total += int(getattr(value, "nbytes", 8))
+    return total

@@ -1,0 +1,227 @@
+"""Ray Data 2.60 conformance: the same small pipelines through plain Ray Data and lineage_data.
+
+For every ``compute``/``concurrency`` spelling and every ``batch_format``: identical user rows, and the
+lowered Ray plan runs the user's stage with the strategy Ray itself chooses.
+"""
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+import ray
+from ray.data import ActorPoolStrategy, TaskPoolStrategy
+
+import lineage_data as ld
+from lineage_data._core import columns as C
+
+ITEMS = [{"x": i} for i in range(12)]
+DOCS = [{"doc": f"d{i}", "n": i % 4 + 1} for i in range(6)]
+
+
+def times(batch, k=2):
+    """Add ``y = x * k`` to a batch of any Ray batch format."""
+    if isinstance(batch, pa.Table):
+        return batch.append_column("y", pa.compute.multiply(batch["x"], k))
+    if isinstance(batch, pd.DataFrame):
+        return batch.assign(y=batch["x"] * k)
+    return {"x": batch["x"], "y": batch["x"] * k}
+
+
+class Times:
+    def __init__(self, k=2):
+        self.k = k
+
+    def __call__(self, batch, extra=0):
+        return times(batch, self.k + extra)  # fn_args reach __call__
+
+
+def split(row):
+    return [{"x": 10 * int(row["doc"][1:]) + j} for j in range(row["n"])]
+
+
+SPELLINGS = {
+    "actor_pool_size_2": (Times, {"compute": ActorPoolStrategy(size=2)}),
+    "actor_pool_1_to_3": (Times, {"compute": ActorPoolStrategy(min_size=1, max_size=3)}),
+    "task_pool_size_2": (times, {"compute": TaskPoolStrategy(size=2)}),
+    "concurrency_2_function": (times, {"concurrency": 2}),
+    "concurrency_2_class": (Times, {"concurrency": 2}),
+    "no_strategy_function": (times, {}),
+    "no_strategy_class": (Times, {}),
+}
+FORMATS = ["default", "numpy", "pandas", "pyarrow", None]
+
+
+def strategy_fields(compute):
+    keys = ("size", "min_size", "max_size", "initial_size", "max_tasks_in_flight_per_actor")
+    return type(compute).__name__, {k: getattr(compute, k, None) for k in keys}
+
+
+def map_ops(ds):
+    """The MapBatches logical operators of a Ray dataset, by name."""
+    out, todo = {}, [ds._logical_plan.dag]
+    while todo:
+        op = todo.pop()
+        out[op.name] = op
+        todo.extend(op.input_dependencies)
+    return out
+
+
+def user_rows(rows):
+    return sorted(({k: v for k, v in r.items() if not C.is_reserved(k)} for r in rows),
+                  key=lambda r: r["x"])
+
+
+def as_python(rows):
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows]
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+@pytest.mark.parametrize("level", ["source", "children"])
+def test_same_rows_as_ray_data_for_each_strategy(spelling, level):
+    fn, kwargs = SPELLINGS[spelling]
+    opts = dict(kwargs, batch_size=4, num_cpus=0.25)
+    if level == "source":
+        plain = ray.data.from_items(ITEMS)
+        ours = ld.from_items(ITEMS)
+    else:
+        plain = ray.data.from_items(DOCS).flat_map(split)
+        ours = ld.from_items(DOCS, id_column="doc").expand_lineage(split, name="split")
+    expected = as_python(user_rows(plain.map_batches(fn, **opts).take_all()))
+    got = ours.map_batches(fn, name="times", **opts).take_all(keep_lineage=False)
+    assert user_rows(got) == expected
+    assert len(expected) == (12 if level == "source" else sum(d["n"] for d in DOCS))
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_lowered_plan_uses_the_strategy_ray_chooses(spelling):
+    fn, kwargs = SPELLINGS[spelling]
+    plain = ray.data.from_items(ITEMS).map_batches(fn, num_cpus=0.25, **kwargs)
+    ray_op = map_ops(plain)[f"MapBatches({fn.__name__})"]
+    for ours in (
+        ld.from_items(ITEMS).map_batches(fn, name="times", num_cpus=0.25, **kwargs),
+        ld.from_items(DOCS, id_column="doc").expand_lineage(split).map_batches(
+            fn, name="times", num_cpus=0.25, **kwargs
+        ),
+    ):
+        lowered = ours.to_ray()
+        op = map_ops(lowered)["MapBatches(times)"]
+        assert strategy_fields(op.compute) == strategy_fields(ray_op.compute)
+        assert op.ray_remote_args.get("num_cpus") == 0.25
+        lowered.take_all()  # consumed: its helpers stop
+
+
+def tagged(batch):
+    """``times`` plus a column naming the type of batch the function was given."""
+    out = times(batch)
+    name = type(batch).__name__
+    if isinstance(out, pa.Table):
+        return out.append_column("t", pa.array([name] * out.num_rows))
+    if isinstance(out, pd.DataFrame):
+        return out.assign(t=name)
+    return {**out, "t": [name] * len(out["x"])}
+
+
+@pytest.mark.parametrize("batch_format", FORMATS)
+def test_same_rows_and_batch_types_as_ray_data_for_each_batch_format(batch_format):
+    kwargs = {} if batch_format == "default" else {"batch_format": batch_format}
+    expected = as_python(user_rows(ray.data.from_items(ITEMS).map_batches(tagged, **kwargs).take_all()))
+    got = ld.from_items(ITEMS).map_batches(tagged, **kwargs).take_all(keep_lineage=False)
+    assert user_rows(got) == expected
+    children = ld.from_items(DOCS, id_column="doc").expand_lineage(split)
+    plain_children = ray.data.from_items(DOCS).flat_map(split)
+    expected = as_python(user_rows(plain_children.map_batches(tagged, **kwargs).take_all()))
+    assert user_rows(children.map_batches(tagged, **kwargs).take_all(keep_lineage=False)) == expected
+
+
+def test_default_batch_format_is_a_dict_of_numpy_arrays():
+    import numpy as np
+
+    def check(batch):
+        assert isinstance(batch, dict) and isinstance(batch["x"], np.ndarray)
+        return batch
+
+    assert len(ld.from_items(ITEMS).map_batches(check, on_error="raise").take_all()) == 12
+
+
+def test_fn_args_kwargs_and_constructor_args_follow_ray():
+    ours = ld.from_items(ITEMS).map_batches(
+        Times, fn_args=(1,), fn_constructor_args=(3,), batch_format="pyarrow", num_cpus=0.25
+    )
+    plain = ray.data.from_items(ITEMS).map_batches(
+        Times, fn_args=(1,), fn_constructor_args=(3,), batch_format="pyarrow", num_cpus=0.25
+    )
+    assert user_rows(ours.take_all()) == user_rows(plain.take_all())
+    rows = ld.from_items(ITEMS).map(lambda r, k: {"y": r["x"] * k}, fn_kwargs={"k": 5}).take_all()
+    assert sorted(r["y"] for r in rows) == [5 * i for i in range(12)]
+
+
+def test_strategy_errors_follow_ray_and_are_plan_errors():
+    with pytest.raises(ld.PlanError, match="callable class cannot run with TaskPoolStrategy"):
+        ld.from_items(ITEMS).map_batches(Times, compute=TaskPoolStrategy(size=2))
+    with pytest.raises(ld.PlanError, match="function cannot run with ActorPoolStrategy"):
+        ld.from_items(ITEMS).map(lambda r: r, compute=ActorPoolStrategy(size=2))
+    with pytest.raises(ld.PlanError, match="concurrency is a tuple"):
+        ld.from_items(ITEMS).map_batches(times, concurrency=(1, 2))
+    with pytest.raises(ld.PlanError, match="batch_size when asking for GPUs"):
+        ld.from_items(ITEMS).map_batches(Times, num_gpus=1)
+    with pytest.raises(ld.PlanError, match="batch_format"):
+        ld.from_items(ITEMS).map_batches(times, batch_format="arrow")
+
+
+def test_reduce_lineage_takes_a_callable_class_with_resources():
+    class Join:
+        def __init__(self, sep):
+            self.sep = sep
+
+        def __call__(self, parent, children, suffix=""):
+            return {"text": self.sep.join(str(c["x"]) for c in children) + suffix}
+
+    docs = (
+        ld.from_items(DOCS, id_column="doc")
+        .expand_lineage(split, name="split")
+        .reduce_lineage(Join, name="join", fn_constructor_args=("-",), fn_kwargs={"suffix": "!"},
+                        compute=ActorPoolStrategy(size=1), num_cpus=0.25)
+    )
+    ops = map_ops(lowered := docs.to_ray())
+    assert type(ops["MapBatches(join)"].compute).__name__ == "ActorPoolStrategy"
+    lowered.take_all()
+    rows = {r["_lineage_root"]: r["text"] for r in docs.take_all()}
+    assert rows["d2"] == "20-21-22!" and rows["d0"] == "0!"
+
+
+def test_filter_and_expand_take_gpu_and_named_remote_args():
+    ds = (
+        ld.from_items(ITEMS)
+        .filter(lambda r: r["x"] % 2 == 0, name="even", num_gpus=1, num_cpus=0.25)
+        .map(lambda r: r, name="same", max_calls=100, num_cpus=0.25)
+    )
+    ops = map_ops(lowered := ds.to_ray())
+    assert ops["MapBatches(even)"].ray_remote_args["num_gpus"] == 1
+    assert ops["MapBatches(same)"].ray_remote_args["max_calls"] == 100
+    lowered.take_all()
+    rows = ds.take_all()
+    assert sorted(r["x"] for r in rows if r["_lineage_outcome"] == "PRESENT") == list(range(0, 12, 2))
+    assert "num_gpus=1" in ds.explain()
+
+
+def test_stage_names_are_ray_operator_and_actor_names():
+    ds = ld.from_items(ITEMS).map_batches(Times, name="ocr", compute=ActorPoolStrategy(size=1),
+                                          num_cpus=0.25)
+    assert "MapBatches(ocr)" in map_ops(lowered := ds.to_ray())
+    lowered.take_all()
+
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("no weights here")
+
+        def __call__(self, batch):
+            return batch
+
+    with pytest.raises(ld.UserCodeError, match=r"stage 'ocr'.*RuntimeError: no weights here"):
+        ld.from_items(ITEMS).map_batches(Broken, name="ocr", num_cpus=0.25).take_all()
+
+
+def test_functools_partial_stage_is_named_after_the_function():
+    import functools
+
+    ds = ld.from_items(ITEMS).map_batches(functools.partial(times, k=3))
+    assert "map 'times'" in ds.explain()

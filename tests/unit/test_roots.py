@@ -1,0 +1,55 @@
+"""The compact root index under the driver's ledger and the coordinator's registry."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lineage_data._core import roots as R
+from lineage_data._core.roots import RootIndex, hash_strings
+
+
+def test_slots_follow_arrival_and_duplicates_share_one():
+    index = RootIndex()
+    assert index.add(["a", "b", "a"]).tolist() == [0, 1, 0]
+    assert index.add(pa.chunked_array([["c"], ["b", "d"]])).tolist() == [2, 1, 3]
+    assert index.find(["d", "x", "a"]).tolist() == [3, -1, 0]
+    assert index.ids([3, 0]).to_pylist() == ["d", "a"]
+    assert len(index) == 4
+
+
+def test_many_batches_merge_into_few_runs_and_stay_exact():
+    index = RootIndex()
+    names = [f"r{i:06d}" for i in range(20_000)]
+    for lo in range(0, len(names), 97):
+        index.add(names[lo : lo + 97])
+    assert (index.find(names) == np.arange(len(names))).all()
+    assert index.ids(np.arange(len(names))).to_pylist() == names
+    assert len(index._runs) <= 16 and len(index._names._chunks) <= 16
+
+
+def test_ids_that_share_a_hash_are_never_confused(monkeypatch):
+    monkeypatch.setattr(
+        R, "hash_strings", lambda v: np.array([len(x) for x in v.to_pylist()], dtype=np.uint64)
+    )
+    index = RootIndex()
+    first = index.add(["aa", "bb", "aa", "c"]).tolist()
+    assert first[0] == first[2] and len({first[0], first[1], first[3]}) == 3
+    second = index.add(["cc", "d", "bb"]).tolist()
+    assert second[2] == first[1] and len(set(first + second)) == 5
+    found = index.find(["aa", "bb", "cc", "dd", "c", "d"]).tolist()
+    assert found == [first[0], first[1], second[0], -1, first[3], second[1]]
+    assert index.ids(found[:3]).to_pylist() == ["aa", "bb", "cc"]
+
+
+def test_hash_is_a_function_of_the_bytes_only():
+    values = pa.array(["", "a", "é", "doc-1", "doc-1", "x" * 300])
+    h = hash_strings(values)
+    assert h[3] == h[4] and len(set(h.tolist())) == 5
+    sliced = pa.array(["zz", "doc-1", ""]).slice(1)
+    assert hash_strings(sliced).tolist() == [h[3], h[0]]
+    assert hash_strings(pa.array(["doc-1"], pa.large_string()).cast(pa.string()))[0] == h[3]
+
+
+def test_null_ids_are_refused():
+    with pytest.raises(ValueError, match="null"):
+        RootIndex().add(pa.array(["a", None]))
