@@ -22,7 +22,7 @@ test-unit: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lineage_data connectors tests bench examples
-	$(BIN)/ruff format --check connectors examples bench
+	$(BIN)/ruff format --check lineage_data connectors tests bench examples
 	$(BIN)/mypy
 
 demo: $(STAMP)

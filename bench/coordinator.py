@@ -48,8 +48,14 @@ def _drive(client: Any, parents: list[str], batch: int, go_at: float) -> dict[st
         n = len(chunk)
         handoff = client.handoff(1, roots, paths)
         client.commit(
-            1, handoff.generation, roots, paths, ["PRESENT"] * n, [None] * n,
-            group=[False] * n, stage="gpu",
+            1,
+            handoff.generation,
+            roots,
+            paths,
+            ["PRESENT"] * n,
+            [None] * n,
+            group=[False] * n,
+            stage="gpu",
         )
         calls += 2
         done = []
@@ -114,8 +120,16 @@ def state_memory(k: int) -> dict[str, Any]:
             r = [root] * CHILDREN_PER_PARENT
             p = [(i,) for i in range(CHILDREN_PER_PARENT)]
             h = state.handoff(1, r, p)
-            state.commit(1, h.generation, r, p, ["PRESENT"] * len(r), [None] * len(r),
-                         group=[False] * len(r), stage="gpu")
+            state.commit(
+                1,
+                h.generation,
+                r,
+                p,
+                ["PRESENT"] * len(r),
+                [None] * len(r),
+                group=[False] * len(r),
+                stage="gpu",
+            )
         in_flight = tracemalloc.get_traced_memory()[0] - base
         state.reduced("assemble", roots, [()] * k, {"PRESENT": k})
         released = tracemalloc.get_traced_memory()[0] - base
@@ -240,8 +254,16 @@ def call_cost(calls: int = 2000, batch: int = HEADLINE_BATCH) -> dict[str, Any]:
                 roots = [f"p{via}-{j}-{i // 8}" for i in range(batch)]
                 paths = [(i % 8,) for i in range(batch)]
                 h = call("handoff", 1, roots, paths)
-                call("commit", 1, h.generation, roots, paths, ["PRESENT"] * batch, [None] * batch,
-                     group=[False] * batch)
+                call(
+                    "commit",
+                    1,
+                    h.generation,
+                    roots,
+                    paths,
+                    ["PRESENT"] * batch,
+                    [None] * batch,
+                    group=[False] * batch,
+                )
             out[f"handoff_commit_ms_{via}"] = 1000 * (time.perf_counter() - start) / pairs
         return {k: round(v, 4) for k, v in out.items()}
 
@@ -261,18 +283,26 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     for batch in BATCHES[scale]:
         res = throughput(n_parents, batch)
         runs.append(res)
-        log(f"coordinator/{scale}: batch {batch}: {res['events_per_s']:.0f} events/s, "
-            f"{res['calls_per_s']:.0f} calls/s")
+        log(
+            f"coordinator/{scale}: batch {batch}: {res['events_per_s']:.0f} events/s, "
+            f"{res['calls_per_s']:.0f} calls/s"
+        )
     memory = [state_memory(k) for k in MEMORY_K[scale]]
     for m in memory:
-        log(f"coordinator/{scale}: K={m['parents']}: {m['bytes_per_in_flight_parent']:.0f} B per in-flight "
-            f"parent, {m['bytes_per_released_parent']:.0f} B after release")
+        log(
+            f"coordinator/{scale}: K={m['parents']}: {m['bytes_per_in_flight_parent']:.0f} B per in-flight "
+            f"parent, {m['bytes_per_released_parent']:.0f} B after release"
+        )
     ledger = ledger_memory(LEDGER_ROOTS[scale])
-    log(f"coordinator/{scale}: ledger: {ledger['ledger_bytes_per_finished_root']:.1f} B per finished root "
-        f"({ledger['roots']} roots), registry {ledger['registry_bytes_per_root']:.1f} B per root")
+    log(
+        f"coordinator/{scale}: ledger: {ledger['ledger_bytes_per_finished_root']:.1f} B per finished root "
+        f"({ledger['roots']} roots), registry {ledger['registry_bytes_per_root']:.1f} B per root"
+    )
     cost = call_cost(200 if scale == "smoke" else 2000)
-    log(f"coordinator/{scale}: per call {cost['empty_ms_socket']:.3f} ms (socket) vs "
-        f"{cost['empty_ms_ray']:.3f} ms (Ray actor call)")
+    log(
+        f"coordinator/{scale}: per call {cost['empty_ms_socket']:.3f} ms (socket) vs "
+        f"{cost['empty_ms_ray']:.3f} ms (Ray actor call)"
+    )
     head = next(r for r in runs if r["batch"] == HEADLINE_BATCH)
     headline = {
         "bench": "coordinator",

@@ -37,6 +37,7 @@ JITTER_FRAC = 0.05
 POLL_S = 0.02
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
+
 # Ray's own processes (Ray core, Ray Data): never killed.
 def _gpu_batches(timeline_dir: Path, system: str) -> int:
     """GPU batches logged so far by ``system``'s simulated GPUs (one ``B`` line each)."""

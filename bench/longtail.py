@@ -12,7 +12,12 @@ from bench.systems import SYSTEMS, Job, clean, import_daft
 from bench.workload import make_corpus
 
 ORDER = (
-    "floor", "ray_data", "ray_data_tuned", "lineage_data", "lineage_data_shards", "per_document",
+    "floor",
+    "ray_data",
+    "ray_data_tuned",
+    "lineage_data",
+    "lineage_data_shards",
+    "per_document",
     "daft",
 )
 # Smoke keeps to what the headline needs (a few seconds each; Ray start-up dominates there).

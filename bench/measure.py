@@ -95,7 +95,9 @@ class MemorySampler(threading.Thread):
                 title = " ".join(proc.cmdline())
             except psutil.Error:
                 continue
-            if title.startswith("ray::CoordinatorActor"):  # not Ray Data's _AutoscalingCoordinatorActor
+            if title.startswith(
+                "ray::CoordinatorActor"
+            ):  # not Ray Data's _AutoscalingCoordinatorActor
                 self._coordinators[proc.pid] = proc
 
     def run(self) -> None:
@@ -122,7 +124,9 @@ class MemorySampler(threading.Thread):
         mib = 1024 * 1024
         return {
             "peak_driver_rss_mib": round(self.driver_peak / mib, 1) if self.driver_peak else None,
-            "peak_coordinator_rss_mib": round(self.coordinator_peak / mib, 1) if self.coordinator_peak else None,
+            "peak_coordinator_rss_mib": round(self.coordinator_peak / mib, 1)
+            if self.coordinator_peak
+            else None,
         }
 
 
@@ -262,7 +266,9 @@ def plot_timelines(
         actors = sorted({b[0] for b in tl.batches})
         row = {a: i for i, a in enumerate(actors)}
         for actor, s, e, _ in tl.batches:
-            ax.broken_barh([(s - start, e - s)], (row[actor] - 0.4, 0.8), color="tab:blue", alpha=0.8)
+            ax.broken_barh(
+                [(s - start, e - s)], (row[actor] - 0.4, 0.8), color="tab:blue", alpha=0.8
+            )
         ax.set_yticks(range(len(actors)), [f"gpu{i}" for i in range(len(actors))])
         ax.set_xlim(0, horizon * 1.02)
         ax.axvline(end - start, color="black", lw=1)
@@ -273,7 +279,9 @@ def plot_timelines(
             twin.step(times, range(1, len(times) + 1), where="post", color="tab:red", lw=1.2)
             twin.set_ylabel("parents out", color="tab:red", fontsize=8)
             twin.set_ylim(0, len(times) * 1.05)
-    axes[-1, 0].set_xlabel("seconds from the system's start (blue: GPU batches; red: parents committed)")
+    axes[-1, 0].set_xlabel(
+        "seconds from the system's start (blue: GPU batches; red: parents committed)"
+    )
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -70,7 +70,11 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     """Time the three variants; write JSON; return the headline."""
     del seed  # the rows are fixed
     rows = _rows(ROWS[scale])
-    variants = {"ray_data": _plain, "lineage_data": _lineage, "lineage_data_from_ray": _lineage_from_ray}
+    variants = {
+        "ray_data": _plain,
+        "lineage_data": _lineage,
+        "lineage_data_from_ray": _lineage_from_ray,
+    }
     walls: dict[str, list[float]] = {name: [] for name in variants}
     for rep in range(REPEATS[scale]):
         for name, fn in variants.items():

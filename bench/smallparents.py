@@ -142,8 +142,12 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
                 raise AssertionError(f"{name}: {extra['rows_out']} rows out, expected {expected}")
             walls = [*systems.get(name, {}).get("walls_s", []), round(wall, 3)]
             best = min(walls)
-            systems[name] = {"wall_s": best, "walls_s": walls,
-                             "children_per_s": round(n_children / best, 1), **extra}
+            systems[name] = {
+                "wall_s": best,
+                "walls_s": walls,
+                "children_per_s": round(n_children / best, 1),
+                **extra,
+            }
             log(f"smallparents/{scale} rep {rep}: {name} {wall:.2f}s")
     ld, floor, ray_data = (systems[n]["wall_s"] for n in ("lineage_data", "floor", "ray_data"))
     headline = {

@@ -85,7 +85,11 @@ class SystemRun:
 
 
 def _consume(
-    system: str, job: Job, key: str | None, batches: Callable[[], Iterable[pa.Table]], start: float,
+    system: str,
+    job: Job,
+    key: str | None,
+    batches: Callable[[], Iterable[pa.Table]],
+    start: float,
     sampler: MemorySampler,
 ) -> SystemRun:
     sink = ShardSink(job.work_dir / system, start, key=key)
@@ -151,12 +155,15 @@ def run_lineage_data(job: Job, system: str = "lineage_data") -> SystemRun:
     run.extra.update(
         {
             "coordinator_calls": report.coordinator_calls,
-            "coordinator_calls_per_1000_children": round(1000 * report.coordinator_calls / max(1, children), 2),
+            "coordinator_calls_per_1000_children": round(
+                1000 * report.coordinator_calls / max(1, children), 2
+            ),
             "report_wall_s": round(report.wall_s, 3),
             "setup_s": round(setup_s, 3),
             "parents_by_outcome": {d["outcome"]: d["len"] for d in outcomes},
             "report_first_commit_s": round(float(report.parents["committed_s"].min()), 3)
-            if report.parents.height else None,
+            if report.parents.height
+            else None,
             "stages": report.stages.to_dicts(),
         }
     )
@@ -196,7 +203,9 @@ def run_lineage_data_shards(job: Job, system: str = "lineage_data_shards") -> Sy
     run.extra.update(
         {
             "rows_per_shard": shard_rows(job),
-            "first_shard_s": round(sink.first_output_s, 3) if sink.first_output_s is not None else None,
+            "first_shard_s": round(sink.first_output_s, 3)
+            if sink.first_output_s is not None
+            else None,
             "dead_letter_rows": result.dead_letter_rows,
             "coordinator_calls": report.coordinator_calls if report is not None else None,
         }
@@ -301,7 +310,9 @@ def run_per_document(job: Job, system: str = "per_document") -> SystemRun:
     ds = ds.map_batches(
         PerDocument,
         fn_constructor_kwargs={
-            "cost": job.cost.as_dict(), "timeline_dir": str(job.timeline_dir), "system": system,
+            "cost": job.cost.as_dict(),
+            "timeline_dir": str(job.timeline_dir),
+            "system": system,
         },
         batch_size=1,
         batch_format="pyarrow",
@@ -333,7 +344,10 @@ def import_daft() -> Any:
         sys.path.append(path)
         import daft
     # Daft's UDF worker processes must find daft (and bench) too.
-    roots = [str(Path(daft.__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1])]
+    roots = [
+        str(Path(daft.__file__).resolve().parents[1]),
+        str(Path(__file__).resolve().parents[1]),
+    ]
     current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(current + roots))
     return daft
@@ -342,7 +356,9 @@ def import_daft() -> Any:
 def run_daft(job: Job, system: str = "daft") -> SystemRun:
     """Daft native runner: explode -> class UDF (N instances, batch cap) -> groupby list-agg -> assemble."""
     daft = import_daft()
-    with contextlib.suppress(Exception):  # Ray is up in this process: keep Daft off it (it pins ray<2.60)
+    with contextlib.suppress(
+        Exception
+    ):  # Ray is up in this process: keep Daft off it (it pins ray<2.60)
         daft.set_runner_native()
     cost = job.cost.as_dict()
     gpu_kwargs = _gpu_kwargs(job, system, "flag")

@@ -62,7 +62,10 @@ class CostModel:
 
     def ideal_gpu_work_s(self, children: int) -> float:
         """GPU seconds for ``children`` rows in full batches (the least any schedule can spend)."""
-        return math.ceil(children / self.batch_size) * self.gpu_s_per_batch + children * self.gpu_s_per_item
+        return (
+            math.ceil(children / self.batch_size) * self.gpu_s_per_batch
+            + children * self.gpu_s_per_item
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data, for JSON and for shipping to workers."""
@@ -86,7 +89,9 @@ def _calibrate_mu(sigma: float, mean: float) -> float:
     return (lo + hi) / 2
 
 
-def child_counts(n_parents: int, *, seed: int = 0, sigma: float = 1.2, mean: float = MEAN_CHILDREN) -> list[int]:
+def child_counts(
+    n_parents: int, *, seed: int = 0, sigma: float = 1.2, mean: float = MEAN_CHILDREN
+) -> list[int]:
     """Child counts of ``n_parents`` parents: a clipped lognormal long tail over 1..427, mean about 47.
 
     Like a PDF corpus: most documents have a few pages, a few have hundreds. The largest parent is set to
@@ -214,14 +219,18 @@ class SimGPU:
             if self._failure == "group":
                 import lineage_data as ld
 
-                texts[:] = [ld.GroupFailure("poison") if f else t for f, t in zip(flags, texts, strict=True)]
+                texts[:] = [
+                    ld.GroupFailure("poison") if f else t for f, t in zip(flags, texts, strict=True)
+                ]
             else:
                 out["poisoned"] = flags
         self._timeline.batch(start, time.time(), rows)
         return out
 
 
-def assemble(doc: str, ordinals: list[int], texts: list[str], cost: dict[str, Any]) -> dict[str, Any]:
+def assemble(
+    doc: str, ordinals: list[int], texts: list[str], cost: dict[str, Any]
+) -> dict[str, Any]:
     """The per-parent reduce: check order, pay the assembly cost, build the parent's training row."""
     if ordinals != list(range(len(ordinals))):
         raise AssertionError(f"{doc}: children out of order or missing: {ordinals[:10]}...")
@@ -229,7 +238,9 @@ def assemble(doc: str, ordinals: list[int], texts: list[str], cost: dict[str, An
     return {"doc": doc, "n_children": len(ordinals), "text": "\n".join(texts)}
 
 
-def assemble_lineage(parent: dict[str, Any], children: list[dict[str, Any]], *, cost: dict[str, Any]) -> dict:
+def assemble_lineage(
+    parent: dict[str, Any], children: list[dict[str, Any]], *, cost: dict[str, Any]
+) -> dict:
     """``reduce_lineage`` function: children arrive in ordinal order."""
     return assemble(
         parent["doc"], [c["ordinal"] for c in children], [c["text"] for c in children], cost
@@ -242,7 +253,9 @@ def assemble_group(group: pa.Table, *, cost: dict[str, Any]) -> pa.Table:
     row = assemble(
         group["doc"][0].as_py(), group["ordinal"].to_pylist(), group["text"].to_pylist(), cost
     )
-    row["failed"] = bool(any(group["poisoned"].to_pylist())) if "poisoned" in group.column_names else False
+    row["failed"] = (
+        bool(any(group["poisoned"].to_pylist())) if "poisoned" in group.column_names else False
+    )
     return pa.Table.from_pylist([row])
 
 

@@ -116,8 +116,16 @@ class LineageDataset:
             batch_size=batch_size,
             on_error=on_error,
             **_call_options(
-                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
-                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+                compute,
+                concurrency,
+                fn_args,
+                fn_kwargs,
+                fn_constructor_args,
+                fn_constructor_kwargs,
+                num_cpus,
+                num_gpus,
+                memory,
+                ray_remote_args,
             ),
         )
 
@@ -165,8 +173,16 @@ class LineageDataset:
             on_error=on_error,
             max_retries=max_retries,
             **_call_options(
-                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
-                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+                compute,
+                concurrency,
+                fn_args,
+                fn_kwargs,
+                fn_constructor_args,
+                fn_constructor_kwargs,
+                num_cpus,
+                num_gpus,
+                memory,
+                ray_remote_args,
             ),
         )
 
@@ -197,8 +213,16 @@ class LineageDataset:
             name,
             on_error=on_error,
             **_call_options(
-                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
-                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+                compute,
+                concurrency,
+                fn_args,
+                fn_kwargs,
+                fn_constructor_args,
+                fn_constructor_kwargs,
+                num_cpus,
+                num_gpus,
+                memory,
+                ray_remote_args,
             ),
         )
 
@@ -231,8 +255,16 @@ class LineageDataset:
             name,
             on_error=on_error,
             **_call_options(
-                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
-                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+                compute,
+                concurrency,
+                fn_args,
+                fn_kwargs,
+                fn_constructor_args,
+                fn_constructor_kwargs,
+                num_cpus,
+                num_gpus,
+                memory,
+                ray_remote_args,
             ),
         )
 
@@ -272,8 +304,16 @@ class LineageDataset:
             on_child_failure=on_child_failure,
             on_error=on_error,
             **_call_options(
-                compute, concurrency, fn_args, fn_kwargs, fn_constructor_args,
-                fn_constructor_kwargs, num_cpus, num_gpus, memory, ray_remote_args,
+                compute,
+                concurrency,
+                fn_args,
+                fn_kwargs,
+                fn_constructor_args,
+                fn_constructor_kwargs,
+                num_cpus,
+                num_gpus,
+                memory,
+                ray_remote_args,
             ),
         )
 
@@ -317,7 +357,9 @@ class LineageDataset:
             )
         return self._column_stage("with_column", _WithColumn(column_name, expr), ray_remote_args)
 
-    def _column_stage(self, kind: str, fn: Any, ray_remote_args: Mapping[str, Any]) -> LineageDataset:
+    def _column_stage(
+        self, kind: str, fn: Any, ray_remote_args: Mapping[str, Any]
+    ) -> LineageDataset:
         # A column verb is a batch stage over Arrow batches that raises on a wrong column name
         # (a typo must stop the run, not fail every row one by one).
         return self._then(
@@ -334,7 +376,9 @@ class LineageDataset:
         known = self._plan.columns
         missing = [n for n in names if known is not None and n not in known]
         if missing:
-            raise PlanError(f"{verb}: column(s) {missing} are not in the rows (columns: {sorted(known or ())})")
+            raise PlanError(
+                f"{verb}: column(s) {missing} are not in the rows (columns: {sorted(known or ())})"
+            )
 
     # -- plan options -----------------------------------------------------------------------------
     def limit(self, limit: int) -> LineageDataset:
@@ -346,10 +390,14 @@ class LineageDataset:
         if not isinstance(limit, int) or limit < 0:
             raise PlanError(f"limit must be an int >= 0, got {limit!r}")
         if self._kept is not None and self.level:
-            raise PlanError("limit/take: this dataset was materialized at an open level; read it "
-                            "whole (iter_batches, take_all) or materialize a closed plan")
+            raise PlanError(
+                "limit/take: this dataset was materialized at an open level; read it "
+                "whole (iter_batches, take_all) or materialize a closed plan"
+            )
         current = self._plan.limit
-        return LineageDataset(replace(self._plan, limit=limit if current is None else min(current, limit)))
+        return LineageDataset(
+            replace(self._plan, limit=limit if current is None else min(current, limit))
+        )
 
     def with_options(self, *, max_repair_attempts: int | None = None) -> LineageDataset:
         """This dataset with execution options.
@@ -422,7 +470,9 @@ class LineageDataset:
     def _set_report(self, report: RunReport) -> None:
         self._last_run = report
 
-    def _tables(self, *, prefetch_batches: int = 1, keep_lineage: bool = True) -> Iterator[pa.Table]:
+    def _tables(
+        self, *, prefetch_batches: int = 1, keep_lineage: bool = True
+    ) -> Iterator[pa.Table]:
         """Accounted output blocks as a user sees them. Nothing starts before the first ``next``."""
         if self._kept is not None:
             import ray
@@ -515,7 +565,10 @@ class LineageDataset:
             self._last_run = limited._last_run
 
     def take_batch(
-        self, batch_size: int = DEFAULT_TAKE, *, batch_format: str | None = DEFAULT_BATCH_FORMAT,
+        self,
+        batch_size: int = DEFAULT_TAKE,
+        *,
+        batch_format: str | None = DEFAULT_BATCH_FORMAT,
         keep_lineage: bool = True,
     ) -> Any:
         """The rows of the first ``batch_size`` roots as one batch; only those roots run."""
@@ -574,15 +627,23 @@ class LineageDataset:
             return self
         import ray
 
-        refs = tuple(ray.put(t) for t in self._execution().iter_tables(prefetch_batches=1) if t.num_rows)
+        refs = tuple(
+            ray.put(t) for t in self._execution().iter_tables(prefetch_batches=1) if t.num_rows
+        )
         report = self.report()
         roots = tuple(report.parents["root"].to_list()) if self.level == 0 else None
         source = Source(
-            "materialized", refs, "_lineage_root", {"level": self.level}, roots=roots,
+            "materialized",
+            refs,
+            "_lineage_root",
+            {"level": self.level},
+            roots=roots,
             columns=None,
         )
-        return LineageDataset(Plan(source, max_repair_attempts=self._plan.max_repair_attempts),
-                              kept=_Kept(refs, report))
+        return LineageDataset(
+            Plan(source, max_repair_attempts=self._plan.max_repair_attempts),
+            kept=_Kept(refs, report),
+        )
 
     def write_parquet(self, path: str, *, keep_lineage: bool = True, **kwargs: Any) -> None:
         """Write with Ray Data's ``write_parquet`` (same arguments); the run is checked afterwards."""
@@ -735,8 +796,10 @@ class _WithColumn:
         else:
             values = self.expr(batch)
         if not isinstance(values, pa.Array | pa.ChunkedArray):
-            values = pa.array(values) if not isinstance(values, pa.Scalar) else pa.array(
-                [values.as_py()] * batch.num_rows, values.type
+            values = (
+                pa.array(values)
+                if not isinstance(values, pa.Scalar)
+                else pa.array([values.as_py()] * batch.num_rows, values.type)
             )
         if self.name in batch.column_names:
             return batch.set_column(batch.column_names.index(self.name), self.name, values)

@@ -142,13 +142,17 @@ def by_root(rows: list[dict], report=None) -> dict[str, dict]:
     """
     stages = {}
     if report is not None:
-        stages = dict(zip(report.parents["root"].to_list(), report.parents["stage"].to_list(), strict=True))
+        stages = dict(
+            zip(report.parents["root"].to_list(), report.parents["stage"].to_list(), strict=True)
+        )
     out: dict[str, dict] = {}
     for row in rows:
         assert row["_lineage_root"] not in out, f"root {row['_lineage_root']} twice"
-        out[row["_lineage_root"]] = {**row, "_lineage_stage": stages.get(row["_lineage_root"])} if (
-            report is not None
-        ) else row
+        out[row["_lineage_root"]] = (
+            {**row, "_lineage_stage": stages.get(row["_lineage_root"])}
+            if (report is not None)
+            else row
+        )
     return out
 
 
@@ -241,7 +245,9 @@ class NestedReference:
 
     def rows(self, m):
         """Output rows at level ``m`` as comparable tuples (root, path, outcome, cause, stage, values)."""
-        for depth in range(self.k, m - 1, -1):  # settle `known` the way the stages run: deepest first
+        for depth in range(
+            self.k, m - 1, -1
+        ):  # settle `known` the way the stages run: deepest first
             for root in sorted(self.spec):
                 self._settle(root, {"node0": root}, 0, depth, m)
         out = []
@@ -313,5 +319,3 @@ def _freeze(value):
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value
-
-

@@ -25,8 +25,9 @@ def rebatch(
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
     if local_shuffle_buffer_size is not None:
-        yield from _shuffled(tables, batch_size, drop_last, local_shuffle_buffer_size,
-                             local_shuffle_seed)
+        yield from _shuffled(
+            tables, batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
+        )
         return
     if batch_size is None:
         yield from (t for t in tables if t.num_rows)

@@ -54,8 +54,9 @@ def rows_per_block(plan: Plan, index: int) -> int:
     return DEFAULT_ROWS_PER_BLOCK if unsized else WIDE_ROWS_PER_BLOCK
 
 
-_SCALARS = (int, float, bool, type(None))
-_SIZED = (str, bytes, bytearray, memoryview)
+_FIXED = frozenset(
+    {int, float, bool, type(None)}
+)  # 8 bytes each (by exact type: this runs per child)
 
 
 def row_bytes(row: Mapping) -> int:
@@ -66,12 +67,19 @@ def row_bytes(row: Mapping) -> int:
     """
     total = 0
     for value in row.values():
-        if isinstance(value, _SCALARS):
+        kind = type(value)
+        if kind in _FIXED:
             total += 8
-        elif isinstance(value, _SIZED):
+        elif kind is str or kind is bytes:
             total += len(value)
-        elif isinstance(value, list | tuple):
-            total += 8 * len(value)
         else:
-            total += int(getattr(value, "nbytes", 8))
+            total += _value_bytes(value)
     return total
+
+
+def _value_bytes(value: object) -> int:
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return 8 * len(value)
+    return int(getattr(value, "nbytes", 8))

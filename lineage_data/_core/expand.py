@@ -14,9 +14,10 @@ import pyarrow.compute as pc
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK, TARGET_BLOCK_BYTES, row_bytes
-from lineage_data._core.errors import ContractError, PlanError, UserCodeError, describe
+from lineage_data._core.errors import ContractError, PlanError, describe
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.plan import Stage
+from lineage_data._core.policy import CallPolicy
 
 __all__ = ["DEFAULT_ROWS_PER_BLOCK", "ExpandOp"]
 
@@ -103,6 +104,7 @@ class ExpandOp:
 
 
 ParentKey = tuple[str, tuple[int, ...]]
+_LINEAGE_BYTES = 64  # a child's lineage columns, about
 
 
 @dataclass(slots=True)
@@ -149,13 +151,13 @@ class _Blocks:
         self.failed: dict[ParentKey, Status] = {}
         self.counts: dict[str, int] = {}
 
-    def add(self, key: ParentKey, child: dict) -> pa.Table | None:
-        """Buffer one child; returns a block when its parent alone fills one (by rows or bytes)."""
+    def add(self, key: ParentKey, child: dict, size: int) -> pa.Table | None:
+        """Buffer one child of about ``size`` bytes; a block when its parent alone fills one."""
         group = self._current
         if group is None or group.key != key:
             group = self._current = _Group(key)
         group.rows.append(child)
-        group.bytes += row_bytes(child)
+        group.bytes += size
         if len(group.rows) >= self._rows or group.bytes >= self._op._target_bytes:
             rows, group.rows, group.bytes = group.rows, [], 0
             return self._build([(key, row) for row in rows], [])
@@ -221,7 +223,9 @@ class _Blocks:
                 return [*chosen[:i], bigger, *chosen[i + 1 :]], None
         if not split:
             return None
-        donor = next(g for g in rest if len(g.rows) >= room)  # rest is not empty: the pool overflows
+        donor = next(
+            g for g in rest if len(g.rows) >= room
+        )  # rest is not empty: the pool overflows
         return chosen, (donor, room)
 
     def _emit(self, chosen: list[_Group], split: tuple[_Group, int] | None) -> pa.Table:
@@ -241,9 +245,13 @@ class _Blocks:
             rows.extend((donor.key, row) for row in part)
         return self._build(rows, headers)
 
-    def _build(self, rows: list[tuple[ParentKey, dict]], headers: list[tuple[dict, Status]]) -> pa.Table:
+    def _build(
+        self, rows: list[tuple[ParentKey, dict]], headers: list[tuple[dict, Status]]
+    ) -> pa.Table:
         """One block: the children (parents that do not fit failed), then the headers given."""
-        rows = [(k, r) for k, r in rows if k not in self.failed]  # a failed parent's rest is dropped
+        rows = [
+            (k, r) for k, r in rows if k not in self.failed
+        ]  # a failed parent's rest is dropped
         tables = []
         if rows:
             keys = [k for k, _ in rows]
@@ -289,6 +297,7 @@ class _Children:
     def __iter__(self) -> Iterator[pa.Table]:
         op, stage = self._op, self._op._stage
         carry = op._carry(self._row)
+        fixed = row_bytes(carry) + _LINEAGE_BYTES  # what every child of this parent adds
         root, path = self._lineage[C.ROOT], list(self._lineage[C.PATH])
         key = (root, tuple(path))
         n = 0
@@ -303,7 +312,9 @@ class _Children:
                     _close(children)
                     return
                 block = self._blocks.add(
-                    key, {**carry, **child, C.ROOT: root, C.PATH: [*path, n], C.OUTCOME: "PRESENT"}
+                    key,
+                    {**carry, **child, C.ROOT: root, C.PATH: [*path, n], C.OUTCOME: "PRESENT"},
+                    fixed + row_bytes(child),
                 )
                 n += 1
                 if block is not None:
@@ -314,11 +325,7 @@ class _Children:
         except (ContractError, PlanError):
             raise
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
-            if stage.on_error == "raise":
-                raise UserCodeError(
-                    f"expand_lineage {stage.name!r} raised: {describe(exc)}"
-                ) from exc
-            self.result = outcomes.from_exception(exc, stage.name)
+            self.result = CallPolicy(stage.name, stage.on_error).failed(exc, "a parent")
 
 
 def _close(children: Any) -> None:

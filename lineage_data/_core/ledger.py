@@ -31,7 +31,9 @@ from lineage_data._core.roots import RootIndex
 
 LOST = "LostError"
 
-OUTCOMES = tuple(o.value for o in Outcome)  # a root's outcome code is its index here + 1 (0: not yet)
+OUTCOMES = tuple(
+    o.value for o in Outcome
+)  # a root's outcome code is its index here + 1 (0: not yet)
 _OUTCOME_SET = pa.array(OUTCOMES, pa.string())
 _DONE = 0x07  # the outcome code bits of a root's flags
 _EXPECTED = 0x08  # a source announced the root
@@ -67,7 +69,9 @@ class _Column:
 
     def ensure(self, size: int) -> None:
         if size > len(self.data):
-            grown = np.zeros(max(size, len(self.data) + len(self.data) // 4 + 1024), self.data.dtype)
+            grown = np.zeros(
+                max(size, len(self.data) + len(self.data) // 4 + 1024), self.data.dtype
+            )
             grown[: len(self.data)] = self.data
             self.data = grown
 
@@ -269,7 +273,9 @@ class Ledger:
     def lost(self, roots: Iterable[str], attempts: int, now: float | None = None) -> pa.Table:
         """Terminal FAILED rows for roots still missing after ``attempts`` repair passes; recorded."""
         roots = sorted(roots)
-        cause = f"{LOST}: not delivered after {attempts} repair pass(es) (worker, actor or node loss)"
+        cause = (
+            f"{LOST}: not delivered after {attempts} repair pass(es) (worker, actor or node loss)"
+        )
         now = time.time() if now is None else now
         for root in roots:
             self._partial.pop(root, None)
@@ -417,4 +423,3 @@ def _valid(values: pa.ChunkedArray | pa.Array | None, n: int) -> np.ndarray:
     if not values.null_count:
         return np.ones(n, dtype=bool)
     return np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
-

@@ -58,6 +58,10 @@ def build_op(
         if holders is None:
             raise ValueError(f"reduce stage {stage.name!r} needs holders for its partial groups")
         return ReduceOp(
-            stage, coordinator, holders=holders, carry=carry, children_of=child_producer(plan, index)
+            stage,
+            coordinator,
+            holders=holders,
+            carry=carry,
+            children_of=child_producer(plan, index),
         )
     return RowStageOp(stage, index, coordinator)

@@ -63,6 +63,18 @@ def entering(status: Status) -> Status | None:
             assert_never(status.outcome)
 
 
+def entering_outcomes(values: Sequence[str]) -> list[str]:
+    """:func:`entering` over a column of outcomes that are not PRESENT (causes and stages kept).
+
+    >>> entering_outcomes(["FAILED", "DROPPED", "SUPPRESSED"])
+    ['SUPPRESSED', 'DROPPED', 'SUPPRESSED']
+    """
+    return [
+        value if (kept := entering(Status(Outcome(value)))) is None else kept.outcome.value
+        for value in values
+    ]
+
+
 def from_value(value: object, stage: str) -> Status:
     """The status of a row whose user function returned ``value`` (a row value or a failure value).
 

@@ -39,7 +39,9 @@ class Stage:
     level: int
     batch_size: int | None = None
     batch_format: str | None = DEFAULT_BATCH_FORMAT
-    compute: Any = None  # a Ray Data ComputeStrategy (ActorPoolStrategy / TaskPoolStrategy), or None
+    compute: Any = (
+        None  # a Ray Data ComputeStrategy (ActorPoolStrategy / TaskPoolStrategy), or None
+    )
     concurrency: int | tuple[int, ...] | None = None  # Ray's deprecated spelling of ``compute``
     num_cpus: float | None = None
     num_gpus: float | None = None
@@ -276,7 +278,9 @@ def _check_compute(stage: Stage) -> None:
         return
     if isinstance(c, tuple):
         if len(c) not in (2, 3) or not all(isinstance(v, int) for v in c):
-            raise PlanError(f"{where}: concurrency must be an int or a tuple of 2 or 3 ints, got {c}")
+            raise PlanError(
+                f"{where}: concurrency must be an int or a tuple of 2 or 3 ints, got {c}"
+            )
         if not stage.is_class:
             raise PlanError(
                 f"{where}: concurrency is a tuple but fn is not a callable class (use concurrency=n "

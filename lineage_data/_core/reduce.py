@@ -13,10 +13,11 @@ import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
-from lineage_data._core.errors import ContractError, FencingError, UserCodeError, describe
+from lineage_data._core.errors import ContractError, FencingError, describe
 from lineage_data._core.failures import is_failure
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.plan import Stage
+from lineage_data._core.policy import CallPolicy
 
 GroupKey = tuple[str, tuple[int, ...]]
 
@@ -158,6 +159,7 @@ class ReduceOp:
         self._holders = holders
         self._carry = tuple(carry)
         self._fn: Callable[..., Any] | None = stage.bind() if stage.fn is not None else None
+        self._policy = CallPolicy(stage.name, stage.on_error)
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._children_of = children_of  # the stage whose columns the children carry
         self._known: list[str] | None = None  # its established columns, asked once per batch
@@ -226,16 +228,17 @@ class ReduceOp:
 
     def _call(self, parent: dict, kids: list[dict]) -> tuple[Status, dict]:
         name = self._stage.name
-        try:
-            if self._fn is None:
-                known = () if kids else self._columns()  # an empty group: its list columns are []
-                value = collect_children(parent, kids, carry=self._carry, known=known)
-            else:
-                value = self._fn(parent, kids)
-        except Exception as exc:  # noqa: BLE001 - user code may raise anything
-            if self._stage.on_error == "raise":
-                raise UserCodeError(f"stage {name!r} raised on a parent: {describe(exc)}") from exc
-            return outcomes.from_exception(exc, name), {}
+        fn = self._fn
+        if fn is None:
+            known = () if kids else self._columns()  # an empty group: its list columns are []
+            value, failure = self._policy.call(
+                lambda: collect_children(parent, kids, carry=self._carry, known=known),
+                on="a parent",
+            )
+        else:
+            value, failure = self._policy.call(fn, parent, kids, on="a parent")
+        if failure is not None:
+            return failure, {}
         if is_failure(value):
             return outcomes.from_value(value, name), {}
         try:
@@ -244,14 +247,14 @@ class ReduceOp:
             return outcomes.rejected(describe(exc), name), {}
         return outcomes.PRESENT, dict(value)
 
-
     def _columns(self) -> list[str]:
         """The child columns the run knows, for empty groups: one coordinator call per batch at most."""
         if self._known is None:
             self._known = []
             if self._children_of is not None:
                 self._known = [
-                    c for c in self._coordinator.established(self._children_of)
+                    c
+                    for c in self._coordinator.established(self._children_of)
                     if not C.is_reserved(c)
                 ]
         return self._known

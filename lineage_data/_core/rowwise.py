@@ -61,7 +61,7 @@ class RowStageOp:
         tomb = tomb.set_column(
             tomb.column_names.index(C.OUTCOME),
             C.OUTCOME,
-            pc.replace_substring_regex(tomb[C.OUTCOME], "^FAILED$", Outcome.SUPPRESSED.value),
+            pa.array(outcomes.entering_outcomes(tomb[C.OUTCOME].to_pylist()), pa.string()),
         )
         parts.append(tomb)
         counts = Counter(tomb[C.OUTCOME].to_pylist())
@@ -123,7 +123,6 @@ class RowStageOp:
                 values = values.append_column(column, lineage[column])
             out.append(values)
         return out
-
 
     def _conform(self, result: BatchResult) -> BatchResult:
         """Values whose types conflict with the stage's established ones (other batches) fail."""

@@ -77,4 +77,6 @@ def items_table(items: Sequence[dict], roots: Sequence[str]) -> pa.Table:
     columns = {name: [item.get(name) for item in items] for name in names}
     table, failed = C.build_columns(columns, len(items))
     table = with_lineage(table, roots)
-    return C.with_statuses(table, {i: outcomes.rejected(c, "from_items") for i, c in failed.items()})
+    return C.with_statuses(
+        table, {i: outcomes.rejected(c, "from_items") for i, c in failed.items()}
+    )

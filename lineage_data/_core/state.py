@@ -122,7 +122,9 @@ class LineageState:
         known = self._roots.find(roots)
         if (known >= 0).any():
             root = roots[int((known >= 0).argmax())]
-            raise DuplicateRootError(f"duplicate lineage root id {root!r}: source ids must be unique")
+            raise DuplicateRootError(
+                f"duplicate lineage root id {root!r}: source ids must be unique"
+            )
         self._blocks.add(key)
         self._roots.add(roots)
 

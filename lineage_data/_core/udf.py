@@ -10,9 +10,10 @@ import pyarrow as pa
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
-from lineage_data._core.errors import ContractError, UserCodeError, describe
+from lineage_data._core.errors import ContractError, describe
 from lineage_data._core.failures import GroupFailure, is_failure
 from lineage_data._core.outcomes import Status
+from lineage_data._core.policy import CallPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +124,10 @@ def failed_rows(n: int, status: Status) -> BatchResult:
 
 
 class BatchCaller:
-    """Calls one stage's batch function with the error policy of that stage.
+    """Calls one stage's batch function under the stage's :class:`~lineage_data._core.policy.CallPolicy`.
 
     ``on_error="isolate"``: a batch that raises is retried ``max_retries`` times, then split in halves
-    until the rows that raise fail alone (cause ``"Type: message"``). ``on_error="raise"``: the error
-    stops the run as a :class:`UserCodeError` with the original as ``__cause__``. A
-    :class:`ContractError` is never retried.
+    until the rows that raise fail alone. ``on_error="raise"``: the error stops the run.
     """
 
     def __init__(
@@ -143,38 +142,22 @@ class BatchCaller:
         self._fn = fn
         self._stage = stage
         self._format = batch_format
-        self._on_error = on_error
-        self._retries = max_retries
+        self._policy = CallPolicy(stage, on_error, max_retries)
 
     def __call__(self, table: pa.Table) -> BatchResult:
         """Run the function over ``table`` (user columns only)."""
-        return self._attempt(table, self._retries)
+        return self._policy.batch(
+            self._once,
+            table,
+            size=lambda t: t.num_rows,
+            halves=lambda t: (t.slice(0, t.num_rows // 2), t.slice(t.num_rows // 2)),
+            merge=lambda left, right: merge(left, right, self._stage),
+            fail=lambda t, status: failed_rows(t.num_rows, status),
+        )
 
     def _once(self, table: pa.Table) -> BatchResult:
         output = self._fn(to_format(table, self._format))
         return from_output(output, self._stage, table.num_rows)
-
-    def _attempt(self, table: pa.Table, retries: int) -> BatchResult:
-        error: Exception = RuntimeError("no attempt was made")
-        for attempt in range(retries + 1):
-            try:
-                return self._once(table)
-            except ContractError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - user code may raise anything
-                if self._on_error == "raise":
-                    raise UserCodeError(
-                        f"stage {self._stage!r} raised on a batch of {table.num_rows} rows: {describe(exc)}"
-                    ) from exc
-                error = exc
-                if attempt < retries:
-                    continue
-        if table.num_rows <= 1:
-            return failed_rows(table.num_rows, outcomes.from_exception(error, self._stage))
-        half = table.num_rows // 2
-        left = self._attempt(table.slice(0, half), 0)
-        right = self._attempt(table.slice(half), 0)
-        return merge(left, right, self._stage)
 
 
 def _filled(result: BatchResult, schema: pa.Schema) -> pa.Table:
@@ -217,7 +200,7 @@ class RowCaller:
     ) -> None:
         self._fn = fn
         self._stage = stage
-        self._on_error = on_error
+        self._policy = CallPolicy(stage, on_error)
         self._predicate = predicate
 
     def __call__(self, table: pa.Table) -> BatchResult:
@@ -239,14 +222,9 @@ class RowCaller:
         return BatchResult(_table(columns, len(rows), statuses, self._stage), statuses, group)
 
     def _one(self, row: dict) -> tuple[dict | None, Status, bool]:
-        try:
-            value = self._fn(row)
-        except Exception as exc:  # noqa: BLE001 - user code may raise anything
-            if self._on_error == "raise":
-                raise UserCodeError(
-                    f"stage {self._stage!r} raised on a row: {describe(exc)}"
-                ) from exc
-            return None, outcomes.from_exception(exc, self._stage), False
+        value, failure = self._policy.call(self._fn, row, on="a row")
+        if failure is not None:
+            return None, failure, False
         if is_failure(value):
             return None, outcomes.from_value(value, self._stage), isinstance(value, GroupFailure)
         if self._predicate:

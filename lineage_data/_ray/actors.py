@@ -45,8 +45,12 @@ class Helper:
         self._handle = handle
 
     def __getstate__(self) -> dict:
-        return {"name": self.name, "namespace": self.namespace, "role": self.role,
-                "_handle": self._handle}
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "role": self.role,
+            "_handle": self._handle,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

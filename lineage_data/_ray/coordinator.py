@@ -34,8 +34,17 @@ from lineage_data._ray.actors import Helper, helper_timeout_s, start_helper
 # What a client may call (on Ray or on the socket): the state's batch methods, nothing else.
 METHODS = frozenset(
     {
-        "register_roots", "roots_since", "root_ids_since", "handoff", "commit", "count", "reduced", "release",
-        "establish_types", "established", "snapshot",
+        "register_roots",
+        "roots_since",
+        "root_ids_since",
+        "handoff",
+        "commit",
+        "count",
+        "reduced",
+        "release",
+        "establish_types",
+        "established",
+        "snapshot",
     }
 )
 _FRAME = "!I"  # a message: its length, then its pickle (a format string: the actor class pickles)

@@ -72,8 +72,9 @@ class _Progress(threading.Thread):
 
         self._progress = progress
         self._stop = threading.Event()
-        self._bar = ProgressBar("lineage: parents", total=None, unit="parent", position=0,
-                                enabled=True)
+        self._bar = ProgressBar(
+            "lineage: parents", total=None, unit="parent", position=0, enabled=True
+        )
         self._done = 0
 
     def run(self) -> None:
@@ -265,7 +266,9 @@ class Execution:
             self._repaired.update(missing)
             logger.warning(
                 "lineage: %d root(s) did not reach the consumer (worker, actor or node loss); "
-                "repair pass %d of at most %d", len(missing), attempt,
+                "repair pass %d of at most %d",
+                len(missing),
+                attempt,
                 self._plan.max_repair_attempts,
             )
             self._pass = _Pass(self._plan.restricted(frozenset(missing)), self._supervisor)
@@ -280,8 +283,12 @@ class Execution:
         if not missing:
             return None
         self._lost = len(missing)
-        logger.error("lineage: %d root(s) lost after %d repair pass(es): %s", len(missing),
-                     self._plan.max_repair_attempts, missing[:10])
+        logger.error(
+            "lineage: %d root(s) lost after %d repair pass(es): %s",
+            len(missing),
+            self._plan.max_repair_attempts,
+            missing[:10],
+        )
         with self._lock:
             return self._ledger.lost(missing, self._plan.max_repair_attempts)
 
@@ -304,8 +311,12 @@ class Execution:
         """A Ray failure outside user code as an :class:`ExecutionError` naming the stage."""
         text = str(exc)
         stage = next(
-            (s.name for s in reversed(self._plan.stages) if f"({s.name})" in text or
-             f"_{s.name}" in text), None,
+            (
+                s.name
+                for s in reversed(self._plan.stages)
+                if f"({s.name})" in text or f"_{s.name}" in text
+            ),
+            None,
         )
         where = f"stage {stage!r}" if stage else "the lineage run"
         if "creation task" in text:
@@ -331,8 +342,11 @@ class Execution:
         kinds = {s.name: s.kind.value for s in self._plan.stages}
         repaired = sum(1 for r in self._repaired if self._ledger.delivered(r)) - self._lost
         report = RunReport.from_snapshot(
-            {"counts": counts, "terminal": terminal,
-             "progress": {"reports": sum(p.calls for p in self._passes)}},
+            {
+                "counts": counts,
+                "terminal": terminal,
+                "progress": {"reports": sum(p.calls for p in self._passes)},
+            },
             kinds,
             time.time() - self._started,
             extra={
@@ -401,7 +415,8 @@ def detached_dataset(plan: Plan) -> Any:
 
     ds = current.dataset
     ds.context.custom_execution_callback_classes = [
-        *ds.context.custom_execution_callback_classes, HelperLifetime,
+        *ds.context.custom_execution_callback_classes,
+        HelperLifetime,
     ]
     ds = ds.map_batches(C.public, batch_format="pyarrow", batch_size=None)
     weakref.finalize(ds, kill_all, helpers)
@@ -431,4 +446,3 @@ def _is_ray_error(exc: BaseException) -> bool:
         # a RayTaskError here wraps a system failure (an actor that died, an unpicklable error).
         return True
     return isinstance(exc, ray.exceptions.RayError) or type(exc).__module__.startswith("ray.")
-

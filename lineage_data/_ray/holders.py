@@ -68,7 +68,9 @@ class HolderSet:
             count = max(1, min(MAX_HOLDERS, cpus // CPUS_PER_HOLDER))
         started = [
             start_helper(
-                GroupHolder, f"group holder {i} of {stage!r}", run_id=run_id,
+                GroupHolder,
+                f"group holder {i} of {stage!r}",
+                run_id=run_id,
                 suffix=f"holder-{zlib.crc32(stage.encode()):08x}-{i}",
             )
             for i in range(count)

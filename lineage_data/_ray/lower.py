@@ -151,8 +151,13 @@ def _no_fn(batch: Any) -> Any:  # a reduce without fn runs as a function does
 
 # Ray's named remote parameters of map_batches (passing them by name triggers no deprecation).
 _NAMED_REMOTE = (
-    "label_selector", "fallback_strategy", "max_calls", "resources", "accelerator_type",
-    "runtime_env", "ray_remote_args_fn",
+    "label_selector",
+    "fallback_strategy",
+    "max_calls",
+    "resources",
+    "accelerator_type",
+    "runtime_env",
+    "ray_remote_args_fn",
 )
 
 
@@ -236,8 +241,7 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
             table = with_lineage(batch, ids)
             if exclude or only is not None:
                 keep = [
-                    i for i, r in enumerate(ids)
-                    if r not in exclude and (only is None or r in only)
+                    i for i, r in enumerate(ids) if r not in exclude and (only is None or r in only)
                 ]
                 table = table.take(keep)
             return table

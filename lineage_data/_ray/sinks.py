@@ -57,7 +57,8 @@ class AccountedSink(Datasink):
         lineage = [t.select([c for c in _LINEAGE if c in t.column_names]) for t in tables]
         if self.level:
             tables = [
-                t.filter(pc.is_null(t[C.SIZE])).drop_columns([C.SIZE]) if C.SIZE in t.column_names
+                t.filter(pc.is_null(t[C.SIZE])).drop_columns([C.SIZE])
+                if C.SIZE in t.column_names
                 else t
                 for t in tables
             ]

@@ -159,7 +159,8 @@ def pipeline(
             batch_size=BATCH_SIZE,
             concurrency=2,
             num_cpus=0.25,
-            fn_constructor_kwargs={"log_dir": log_dir}, batch_format="pyarrow"
+            fn_constructor_kwargs={"log_dir": log_dir},
+            batch_format="pyarrow",
         )
         .reduce_lineage(make_assemble(log_dir), name=REDUCE_STAGE)
     )

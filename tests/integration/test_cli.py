@@ -12,7 +12,7 @@ import pytest
 from connectors.cli import main, summarize
 
 PIPELINE = textwrap.dedent(
-    '''
+    """
     import sys
     import lineage_data as ld
     from connectors.shards import write_shards
@@ -25,7 +25,7 @@ PIPELINE = textwrap.dedent(
     items = [{"doc": f"d{i}", "n": i - 1} for i in range(6)]
     ds = ld.from_items(items, id_column="doc").expand_lineage(pages, name="pages").reduce_lineage(name="docs")
     write_shards(ds, sys.argv[1], rows_per_shard=2)
-    '''
+    """
 )
 
 
@@ -103,7 +103,11 @@ def test_a_fresh_local_ray_is_sized_for_small_machines_and_quiet(tmp_path):
     env["LINEAGE_DATA_PROGRESS"] = "0"
     proc = subprocess.run(
         [sys.executable, "-m", "connectors.cli", "run", str(script), str(tmp_path / "out")],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]

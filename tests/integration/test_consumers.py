@@ -29,8 +29,10 @@ def docs():
 
 
 PLANS = {
-    "closed": lambda: docs().expand_lineage(pages, name="pages").reduce_lineage(
-        lambda p, kids: {"n_pages": len(kids)}, name="docs"
+    "closed": lambda: (
+        docs()
+        .expand_lineage(pages, name="pages")
+        .reduce_lineage(lambda p, kids: {"n_pages": len(kids)}, name="docs")
     ),
     "closed_default_reduce": lambda: docs().expand_lineage(pages, name="pages").reduce_lineage(),
     "open": lambda: docs().expand_lineage(pages, name="pages"),
@@ -39,8 +41,11 @@ PLANS = {
 
 
 def helpers():
-    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["name"].startswith("lineage-")]
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith("lineage-")
+    ]
 
 
 def wait_no_helpers(timeout=10.0):
@@ -58,7 +63,9 @@ def reserved(names):
 def test_every_consumer_returns_exactly_the_public_lineage_columns(plan, tmp_path):
     ds = PLANS[plan]()
     seen = {
-        "iter_batches": {n for b in ds.iter_batches(batch_format="pyarrow") for n in b.column_names},
+        "iter_batches": {
+            n for b in ds.iter_batches(batch_format="pyarrow") for n in b.column_names
+        },
         "iter_rows": {k for r in ds.iter_rows() for k in r},
         "take": {k for r in ds.take(3) for k in r},
         "take_batch": set(ds.take_batch(3, batch_format="pandas").columns),
@@ -68,12 +75,18 @@ def test_every_consumer_returns_exactly_the_public_lineage_columns(plan, tmp_pat
     ds.write_parquet(str(tmp_path / "parquet"))
     seen["write_parquet"] = set(pa.dataset.dataset(str(tmp_path / "parquet")).schema.names)
     ds.write_json(str(tmp_path / "json"))
-    lines = [json.loads(ln) for f in pathlib.Path(tmp_path / "json").iterdir()
-             for ln in f.read_text().splitlines() if ln]
+    lines = [
+        json.loads(ln)
+        for f in pathlib.Path(tmp_path / "json").iterdir()
+        for ln in f.read_text().splitlines()
+        if ln
+    ]
     seen["write_json"] = {k for r in lines for k in r}
     if plan != "closed_default_reduce":  # CSV holds no list columns (as in Ray)
         ds.write_csv(str(tmp_path / "csv"))
-        seen["write_csv"] = set(pa.dataset.dataset(str(tmp_path / "csv"), format="csv").schema.names)
+        seen["write_csv"] = set(
+            pa.dataset.dataset(str(tmp_path / "csv"), format="csv").schema.names
+        )
     lowered = ds.to_ray()
     seen["to_ray"] = {k for r in lowered.take_all() for k in r}
     seen["materialize"] = {k for r in ds.materialize().take_all() for k in r}
@@ -89,7 +102,9 @@ def test_keep_lineage_false_gives_committed_rows_and_user_columns_only(tmp_path)
     ds.write_parquet(str(tmp_path / "plain"), keep_lineage=False)
     table = pa.dataset.dataset(str(tmp_path / "plain")).to_table()
     assert table.column_names == ["n_pages"] and table.num_rows == 8
-    assert ds.report().stages.filter(ds.report().stages["stage"] == "docs")["failed"].to_list() == [1]
+    assert ds.report().stages.filter(ds.report().stages["stage"] == "docs")["failed"].to_list() == [
+        1
+    ]
 
 
 def test_iter_batches_takes_rays_arguments():
@@ -98,8 +113,11 @@ def test_iter_batches_takes_rays_arguments():
     assert sizes == [3, 3, 3, 1]
     sizes = [len(b["x"]) for b in ds.iter_batches(batch_size=3, drop_last=True)]
     assert sizes == [3, 3, 3]
-    shuffled = [x for b in ds.iter_batches(batch_size=4, local_shuffle_buffer_size=5,
-                                           local_shuffle_seed=1) for x in b["x"].tolist()]
+    shuffled = [
+        x
+        for b in ds.iter_batches(batch_size=4, local_shuffle_buffer_size=5, local_shuffle_seed=1)
+        for x in b["x"].tolist()
+    ]
     assert sorted(shuffled) == list(range(10))
     assert sorted(r["x"] for r in ds.iter_rows(prefetch_batches=2)) == list(range(10))
     batch = ds.take_batch(4)

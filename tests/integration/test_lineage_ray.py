@@ -63,7 +63,8 @@ def plan(counts, log_dir, **gpu_kwargs):
             concurrency=4,
             num_gpus=1,
             num_cpus=0.25,
-            fn_constructor_kwargs={"log_dir": str(log_dir), **gpu_kwargs}, batch_format="pyarrow"
+            fn_constructor_kwargs={"log_dir": str(log_dir), **gpu_kwargs},
+            batch_format="pyarrow",
         )
         .reduce_lineage(assemble, name="assemble")
     )
@@ -145,7 +146,9 @@ def test_nested_levels_on_ray():
         ld.from_items(items, id_column="doc")
         .expand_lineage(lambda r: ({"regions": p} for p in r["pages"]), name="pages")
         .expand_lineage(lambda r: ({"v": v} for v in r["regions"]), name="regions")
-        .map_batches(lambda b: {"v": pa.compute.add(b["v"], 0)}, name="noop", batch_format="pyarrow")
+        .map_batches(
+            lambda b: {"v": pa.compute.add(b["v"], 0)}, name="noop", batch_format="pyarrow"
+        )
         .reduce_lineage(lambda p, ch: {"values": [c["v"] for c in ch]}, name="page")
         .reduce_lineage(
             lambda p, ch: {"doc": p["doc"], "pages": [c["values"] for c in ch]}, name="doc"
@@ -207,7 +210,9 @@ def test_isolate_on_ray_fails_only_the_poisoned_row():
             raise ValueError("poisoned")
         return {"v": values}
 
-    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(fragile, batch_size=4, batch_format="pyarrow")
+    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(
+        fragile, batch_size=4, batch_format="pyarrow"
+    )
     rows = {r["_lineage_root"]: r for r in ds.take_all()}
     assert [rows[k]["_lineage_outcome"] for k in "0123"] == [
         "PRESENT",

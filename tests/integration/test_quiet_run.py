@@ -32,7 +32,9 @@ ITEMS = [{"doc": f"d{i:02d}", "n": i % 5 + 1} for i in range(40)]
 OCR = dict(batch_size=8, compute=ActorPoolStrategy(size=2), num_cpus=0.25)
 """
 
-LINEAGE = COMMON + """
+LINEAGE = (
+    COMMON
+    + """
 import lineage_data as ld
 ld.init(include_dashboard=False)
 docs = (
@@ -44,22 +46,30 @@ docs = (
 docs.write_parquet(sys.argv[1])
 print("DONE", docs.report().summary().splitlines()[0])
 """
+)
 
-PLAIN = COMMON + """
+PLAIN = (
+    COMMON
+    + """
 ray.init(num_cpus=8, include_dashboard=False)
 ds = ray.data.from_items(ITEMS).flat_map(pages).map_batches(Ocr, **OCR)
 ds.write_parquet(sys.argv[1])
 print("DONE")
 """
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LOUD = re.compile(r"\bWARNING\b|\bERROR\b|\bTraceback\b|\] E |\sE \d+ \d+\]|core_worker\.cc|\berror\b", re.I)
+LOUD = re.compile(
+    r"\bWARNING\b|\bERROR\b|\bTraceback\b|\] E |\sE \d+ \d+\]|core_worker\.cc|\berror\b", re.I
+)
 
 
 def run(script: str, out: str) -> list[str]:
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), out],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     text = ANSI.sub("", proc.stdout + proc.stderr)
     assert proc.returncode == 0, text[-3000:]

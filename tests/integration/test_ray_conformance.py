@@ -66,8 +66,9 @@ def map_ops(ds):
 
 
 def user_rows(rows):
-    return sorted(({k: v for k, v in r.items() if not C.is_reserved(k)} for r in rows),
-                  key=lambda r: r["x"])
+    return sorted(
+        ({k: v for k, v in r.items() if not C.is_reserved(k)} for r in rows), key=lambda r: r["x"]
+    )
 
 
 def as_python(rows):
@@ -98,9 +99,9 @@ def test_lowered_plan_uses_the_strategy_ray_chooses(spelling):
     ray_op = map_ops(plain)[f"MapBatches({fn.__name__})"]
     for ours in (
         ld.from_items(ITEMS).map_batches(fn, name="times", num_cpus=0.25, **kwargs),
-        ld.from_items(DOCS, id_column="doc").expand_lineage(split).map_batches(
-            fn, name="times", num_cpus=0.25, **kwargs
-        ),
+        ld.from_items(DOCS, id_column="doc")
+        .expand_lineage(split)
+        .map_batches(fn, name="times", num_cpus=0.25, **kwargs),
     ):
         lowered = ours.to_ray()
         op = map_ops(lowered)["MapBatches(times)"]
@@ -123,13 +124,17 @@ def tagged(batch):
 @pytest.mark.parametrize("batch_format", FORMATS)
 def test_same_rows_and_batch_types_as_ray_data_for_each_batch_format(batch_format):
     kwargs = {} if batch_format == "default" else {"batch_format": batch_format}
-    expected = as_python(user_rows(ray.data.from_items(ITEMS).map_batches(tagged, **kwargs).take_all()))
+    expected = as_python(
+        user_rows(ray.data.from_items(ITEMS).map_batches(tagged, **kwargs).take_all())
+    )
     got = ld.from_items(ITEMS).map_batches(tagged, **kwargs).take_all(keep_lineage=False)
     assert user_rows(got) == expected
     children = ld.from_items(DOCS, id_column="doc").expand_lineage(split)
     plain_children = ray.data.from_items(DOCS).flat_map(split)
     expected = as_python(user_rows(plain_children.map_batches(tagged, **kwargs).take_all()))
-    assert user_rows(children.map_batches(tagged, **kwargs).take_all(keep_lineage=False)) == expected
+    assert (
+        user_rows(children.map_batches(tagged, **kwargs).take_all(keep_lineage=False)) == expected
+    )
 
 
 def test_default_batch_format_is_a_dict_of_numpy_arrays():
@@ -178,8 +183,14 @@ def test_reduce_lineage_takes_a_callable_class_with_resources():
     docs = (
         ld.from_items(DOCS, id_column="doc")
         .expand_lineage(split, name="split")
-        .reduce_lineage(Join, name="join", fn_constructor_args=("-",), fn_kwargs={"suffix": "!"},
-                        compute=ActorPoolStrategy(size=1), num_cpus=0.25)
+        .reduce_lineage(
+            Join,
+            name="join",
+            fn_constructor_args=("-",),
+            fn_kwargs={"suffix": "!"},
+            compute=ActorPoolStrategy(size=1),
+            num_cpus=0.25,
+        )
     )
     ops = map_ops(lowered := docs.to_ray())
     assert type(ops["MapBatches(join)"].compute).__name__ == "ActorPoolStrategy"
@@ -199,13 +210,16 @@ def test_filter_and_expand_take_gpu_and_named_remote_args():
     assert ops["MapBatches(same)"].ray_remote_args["max_calls"] == 100
     lowered.take_all()
     rows = ds.take_all()
-    assert sorted(r["x"] for r in rows if r["_lineage_outcome"] == "PRESENT") == list(range(0, 12, 2))
+    assert sorted(r["x"] for r in rows if r["_lineage_outcome"] == "PRESENT") == list(
+        range(0, 12, 2)
+    )
     assert "num_gpus=1" in ds.explain()
 
 
 def test_stage_names_are_ray_operator_and_actor_names():
-    ds = ld.from_items(ITEMS).map_batches(Times, name="ocr", compute=ActorPoolStrategy(size=1),
-                                          num_cpus=0.25)
+    ds = ld.from_items(ITEMS).map_batches(
+        Times, name="ocr", compute=ActorPoolStrategy(size=1), num_cpus=0.25
+    )
     assert "MapBatches(ocr)" in map_ops(lowered := ds.to_ray())
     lowered.take_all()
 

@@ -23,7 +23,11 @@ def docs_plan(n=10):
     return (
         ld.from_items(items, id_column="doc")
         .expand_lineage(lambda r: ({"page": i} for i in range(r["n"])), name="pages")
-        .map_batches(lambda b: {"v": [p * 10 for p in b["page"].to_pylist()]}, name="ocr", batch_format="pyarrow")
+        .map_batches(
+            lambda b: {"v": [p * 10 for p in b["page"].to_pylist()]},
+            name="ocr",
+            batch_format="pyarrow",
+        )
         .reduce_lineage(lambda p, ch: {"doc": p["doc"], "v": [c["v"] for c in ch]}, name="docs")
     )
 
@@ -91,7 +95,9 @@ def test_max_repair_attempts_zero_fails_lost_roots_at_once(lose):
 
 def test_write_shards_repairs_and_dead_letters_lost_roots(lose, tmp_path):
     lose({"d2": 1, "d5": 0})
-    result = write_shards(docs_plan().with_options(max_repair_attempts=1), str(tmp_path), rows_per_shard=4)
+    result = write_shards(
+        docs_plan().with_options(max_repair_attempts=1), str(tmp_path), rows_per_shard=4
+    )
     shards = read_shards(str(tmp_path))
     roots = shards[C.ROOT].to_pylist()
     assert sorted(roots) == sorted(f"d{i}" for i in range(10) if i != 5)
@@ -111,9 +117,9 @@ def test_write_parquet_accounts_from_write_results(lose, tmp_path):
 
 
 def test_open_level_plan_is_repaired_without_second_copies(lose):
-    plan = ld.from_items([{"doc": f"d{i}", "n": 3} for i in range(6)], id_column="doc").expand_lineage(
-        lambda r: ({"page": i} for i in range(r["n"])), name="pages"
-    )
+    plan = ld.from_items(
+        [{"doc": f"d{i}", "n": 3} for i in range(6)], id_column="doc"
+    ).expand_lineage(lambda r: ({"page": i} for i in range(r["n"])), name="pages")
     lose({"d2": 1})
     rows = plan.take_all()
     keys = [(r[C.ROOT], r["page"]) for r in rows]
@@ -126,7 +132,9 @@ def test_an_unreachable_helper_raises_a_typed_error_naming_the_stage(monkeypatch
 
     monkeypatch.setenv("LINEAGE_DATA_HELPER_TIMEOUT_S", "1")
     helper = Helper("lineage-nobody-coordinator", "no-such-namespace", "coordinator")
-    with pytest.raises(ld.HelperLostError, match=r"stage 'ocr': the lineage coordinator \(lineage-nobody"):
+    with pytest.raises(
+        ld.HelperLostError, match=r"stage 'ocr': the lineage coordinator \(lineage-nobody"
+    ):
         helper.call("ping", stage="ocr")
 
 
@@ -150,7 +158,11 @@ def test_issue_13_cases_on_ray():
     assert children.report().parents.filter(pl.col("root") == "bad")["stage"].to_list() == ["pages"]
     assert sorted(r["q"] for r in rows if r[C.ROOT] == "doc0") == [0, 1]
     docs = by_root(
-        src.expand_lineage(pages, name="pages").expand_lineage(regions).reduce_lineage().reduce_lineage().take_all()
+        src.expand_lineage(pages, name="pages")
+        .expand_lineage(regions)
+        .reduce_lineage()
+        .reduce_lineage()
+        .take_all()
     )
     assert docs["doc0"]["r"] == [[], [10, 11]]
     assert (docs["bad"][C.OUTCOME], docs["bad"][C.CAUSE]) == ("FAILED", "OSError: unreadable")
@@ -162,7 +174,9 @@ def test_write_parquet_at_an_open_level_writes_the_stand_in_of_a_failed_root(tmp
             raise OSError("unreadable")
         yield from ({"p": i} for i in range(3))
 
-    ds = ld.from_items([{"doc": "a"}, {"doc": "bad"}], id_column="doc").expand_lineage(pages, name="pages")
+    ds = ld.from_items([{"doc": "a"}, {"doc": "bad"}], id_column="doc").expand_lineage(
+        pages, name="pages"
+    )
     ds.write_parquet(str(tmp_path / "pages"))
     rows = pa.dataset.dataset(str(tmp_path / "pages"), format="parquet").to_table().to_pylist()
     assert sorted(r["p"] for r in rows if r[C.ROOT] == "a") == [0, 1, 2]
@@ -188,7 +202,9 @@ def test_random_nestings_through_write_shards_every_root_once(tmp_path, seed):
     shards = read_shards(str(tmp_path)).to_pylist()
     dead = read_dead_letter(str(tmp_path)).to_pylist()
     roots = [r[C.ROOT] for r in shards] + [r["root"] for r in dead]
-    assert sorted(roots) == sorted(spec), "every root exactly once, in the shards or the dead letters"
+    assert sorted(roots) == sorted(spec), (
+        "every root exactly once, in the shards or the dead letters"
+    )
     for row in shards:
         assert expected[row[C.ROOT]][2] == "PRESENT"
         got = {c: _freeze(v) for c, v in row.items() if not C.is_reserved(c)}

@@ -59,8 +59,15 @@ def build(delay=0.0, docs=12):
     return (
         ld.from_items(items, id_column="doc")
         .expand_lineage(pages, carry=["doc"], name="render")
-        .map_batches(Ocr, name="ocr", batch_size=1, batch_format="pyarrow", concurrency=1, num_cpus=0.5,
-                     fn_constructor_kwargs={"delay": delay})
+        .map_batches(
+            Ocr,
+            name="ocr",
+            batch_size=1,
+            batch_format="pyarrow",
+            concurrency=1,
+            num_cpus=0.5,
+            fn_constructor_kwargs={"delay": delay},
+        )
         .reduce_lineage(assemble, name="assemble")
     )
 
@@ -116,9 +123,11 @@ def test_write_read_back_equals_lineage_output(tmp_path):
 def test_retry_failed_supersedes_dead_letter(tmp_path):
     write_shards(build(), str(tmp_path), rows_per_shard=4)
     items = [{"doc": f"d{i:02d}", "n": 1 + i % 3} for i in range(12)]
-    fixed = ld.from_items(items, id_column="doc").expand_lineage(
-        pages, carry=["doc"], name="render"
-    ).reduce_lineage(assemble, name="assemble")  # no OCR stage: the poison page is fine now
+    fixed = (
+        ld.from_items(items, id_column="doc")
+        .expand_lineage(pages, carry=["doc"], name="render")
+        .reduce_lineage(assemble, name="assemble")
+    )  # no OCR stage: the poison page is fine now
     retry = write_shards(fixed, str(tmp_path), rows_per_shard=4, retry_failed=True)
     assert (retry.rows, retry.dead_letter_rows, retry.skipped_roots) == (1, 1, 10)
     assert read_dead_letter(str(tmp_path))["root"].to_pylist() == [FAIL_DOC]
@@ -151,8 +160,13 @@ def run_script(tmp_path, out, delay, marker="", **popen):
     env = dict(os.environ, PYTHONPATH=paths, LINEAGE_DATA_PROGRESS="0", SHARDS_TEST_RUN=marker)
     env.pop("RAY_ADDRESS", None)  # a fresh local Ray, not the session's
     return subprocess.Popen(
-        [sys.executable, str(script), str(out), str(delay)], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen,
+        [sys.executable, str(script), str(out), str(delay)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
     )
 
 
@@ -203,12 +217,16 @@ def test_resume_after_driver_killed_equals_clean_run(tmp_path):
 
     clean = tmp_path / "clean"
     write_shards(build(), str(clean), rows_per_shard=2)
-    assert by_root(read_shards(str(out)).to_pylist()) == by_root(read_shards(str(clean)).to_pylist())
+    assert by_root(read_shards(str(out)).to_pylist()) == by_root(
+        read_shards(str(clean)).to_pylist()
+    )
     columns = ["root", "outcome", "cause", "stage"]
     assert by_root(read_dead_letter(str(out)).select(columns).to_pylist(), "root") == by_root(
         read_dead_letter(str(clean)).select(columns).to_pylist(), "root"
     )
     assert_no_duplicate_roots(out)
     orphans = remove_orphans(str(out))  # files of the killed run that never got an entry
-    assert by_root(read_shards(str(out)).to_pylist()) == by_root(read_shards(str(clean)).to_pylist())
+    assert by_root(read_shards(str(out)).to_pylist()) == by_root(
+        read_shards(str(clean)).to_pylist()
+    )
     assert all("part-" in p for p in orphans)

@@ -307,7 +307,9 @@ def test_map_batches_failed_row_values_decide_no_type():
             "b": ["junk" if d == 0 else d for d in docs_],
         }
 
-    plan = ld.from_items([{"doc": d} for d in range(3)], id_column="doc").map_batches(fn, batch_format="pyarrow")
+    plan = ld.from_items([{"doc": d} for d in range(3)], id_column="doc").map_batches(
+        fn, batch_format="pyarrow"
+    )
     out = by_root(run_local(plan.plan, batch_size=None, shuffle=False).rows)
     assert status(out["0"])[:2] == ("FAILED", "no")
     assert [out[d]["b"] for d in ("1", "2")] == [1, 2]
@@ -608,7 +610,11 @@ def test_map_batches_output_type_that_changes_between_batches_fails_those_rows(b
     for d in range(8):
         row = out[str(d)]
         if d in (4, 5):
-            assert status(row) == ("FAILED", "TypeConflict: column 'val' has int64 and string", "label")
+            assert status(row) == (
+                "FAILED",
+                "TypeConflict: column 'val' has int64 and string",
+                "label",
+            )
         else:
             assert (row["_lineage_outcome"], row["val"]) == ("PRESENT", d)
 
@@ -618,5 +624,7 @@ def test_from_items_keeps_keys_of_later_rows_and_fails_rows_that_do_not_fit():
     plan = ld.from_items(items, id_column="doc").map(lambda r: {"extra": r["extra"], "n": r["n"]})
     out = by_root(run_local(plan.plan, batch_size=None, shuffle=False).rows)
     assert (out["0"]["extra"], out["1"]["extra"]) == (None, "e")
-    assert status(out["2"])[0] == "SUPPRESSED"  # failed at the source, suppressed by the map after it
+    assert (
+        status(out["2"])[0] == "SUPPRESSED"
+    )  # failed at the source, suppressed by the map after it
     assert status(out["2"])[1:] == ("TypeConflict: column 'n' has int64 and string", "from_items")

@@ -31,7 +31,10 @@ def docs(*counts):
         (lambda ds: ds.expand_lineage(pages).filter(bool).map_batches(len, batch_size=64), 64),
         (lambda ds: ds.expand_lineage(pages).reduce_lineage(), WIDE_ROWS_PER_BLOCK),
         (lambda ds: ds.expand_lineage(pages), WIDE_ROWS_PER_BLOCK),
-        (lambda ds: ds.expand_lineage(pages).map_batches(len).reduce_lineage(), DEFAULT_ROWS_PER_BLOCK),
+        (
+            lambda ds: ds.expand_lineage(pages).map_batches(len).reduce_lineage(),
+            DEFAULT_ROWS_PER_BLOCK,
+        ),
         (lambda ds: ds.expand_lineage(pages).map(dict), DEFAULT_ROWS_PER_BLOCK),
         (lambda ds: ds.expand_lineage(pages).expand_lineage(pages), DEFAULT_ROWS_PER_BLOCK),
     ],
@@ -111,4 +114,6 @@ def test_big_rows_cut_a_block_by_bytes_before_it_has_its_rows():
 
 
 def test_row_bytes_counts_strings_and_bytes_by_length():
-    assert row_bytes({"a": "xyz", "b": b"12", "c": 1.5, "d": None, "e": [1, 2]}) == 3 + 2 + 8 + 8 + 16
+    assert (
+        row_bytes({"a": "xyz", "b": b"12", "c": 1.5, "d": None, "e": [1, 2]}) == 3 + 2 + 8 + 8 + 16
+    )

@@ -10,7 +10,9 @@ from lineage_data._core.reduce import GroupBuffer, ReduceOp
 
 
 def closed(roots, outcome="PRESENT"):
-    return C.conform(pa.table({C.ROOT: roots, C.OUTCOME: [outcome] * len(roots), "v": range(len(roots))}))
+    return C.conform(
+        pa.table({C.ROOT: roots, C.OUTCOME: [outcome] * len(roots), "v": range(len(roots))})
+    )
 
 
 def test_closed_plan_drops_second_copies_and_names_the_missing():
@@ -81,8 +83,9 @@ def test_open_level_root_completes_when_every_announced_node_arrived_in_any_orde
 
 def test_open_level_root_with_a_lost_row_is_missing_and_a_repair_drops_what_arrived():
     plan = (
-        ld.from_items([{"d": "x", "n": 5}], id_column="d")
-        .expand_lineage(lambda r: ({"p": i} for i in range(r["n"])))
+        ld.from_items([{"d": "x", "n": 5}], id_column="d").expand_lineage(
+            lambda r: ({"p": i} for i in range(r["n"]))
+        )
     ).plan
     rows = C.concat(open_rows(plan)).to_pylist()
     ledger = Ledger(1, ["x"], started_at=0.0)
@@ -94,8 +97,9 @@ def test_open_level_root_with_a_lost_row_is_missing_and_a_repair_drops_what_arri
 
 def test_holder_hands_a_completed_group_again_to_a_retried_piece_until_forgotten():
     plan = (
-        ld.from_items([{"d": "x", "n": 3}], id_column="d")
-        .expand_lineage(lambda r: ({"p": i} for i in range(r["n"])))
+        ld.from_items([{"d": "x", "n": 3}], id_column="d").expand_lineage(
+            lambda r: ({"p": i} for i in range(r["n"]))
+        )
     ).plan
     rows = C.concat(open_rows(plan)).to_pylist()
     buffer = GroupBuffer()

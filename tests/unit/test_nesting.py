@@ -27,7 +27,9 @@ def tree_spec():
     """Per node name ("r0", "r0/1", ...): its number of children and whether its expansion raises."""
     return st.dictionaries(
         st.sampled_from([f"r{i}" for i in range(5)]),
-        st.tuples(st.lists(st.integers(0, 3), min_size=1, max_size=12), st.sets(st.integers(0, 30))),
+        st.tuples(
+            st.lists(st.integers(0, 3), min_size=1, max_size=12), st.sets(st.integers(0, 30))
+        ),
         min_size=1,
         max_size=5,
     )
@@ -59,7 +61,9 @@ def test_every_level_of_a_random_nesting_matches_the_reference(spec, seed, batch
         for m in range(k + 1):
             ref = NestedReference(spec, k)
             expected = ref.rows(m)
-            got = run_local(build(spec, k, m).plan, batch_size=batch, seed=seed, rows_per_block=2).rows
+            got = run_local(
+                build(spec, k, m).plan, batch_size=batch, seed=seed, rows_per_block=2
+            ).rows
             assert comparable(got, m) == expected, f"k={k} m={m}"
 
 

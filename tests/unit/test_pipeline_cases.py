@@ -172,7 +172,9 @@ def test_isolate_fails_only_the_poisoned_row_of_a_batch_of_four():
             raise ValueError("poison 3")
         return {"v2": [v * 2 for v in values]}
 
-    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(fragile, batch_size=4, batch_format="pyarrow")
+    ds = ld.from_items([{"v": v} for v in range(4)]).map_batches(
+        fragile, batch_size=4, batch_format="pyarrow"
+    )
     out = by_root(run_local(ds.plan, batch_size=4, shuffle=False).rows)
     assert [out[str(v)]["v2"] for v in range(3)] == [0, 2, 4]
     assert (out["3"]["_lineage_outcome"], out["3"]["_lineage_cause"]) == (
@@ -186,7 +188,9 @@ def test_on_error_raise_stops_the_run_with_the_original_cause():
     def bad(batch):
         raise KeyError("k")
 
-    ds = ld.from_items([{"v": 1}]).map_batches(bad, on_error="raise", name="bad", batch_format="pyarrow")
+    ds = ld.from_items([{"v": 1}]).map_batches(
+        bad, on_error="raise", name="bad", batch_format="pyarrow"
+    )
     with pytest.raises(ld.UserCodeError, match="stage 'bad'") as info:
         run_local(ds.plan)
     assert isinstance(info.value.__cause__, KeyError)
@@ -202,7 +206,9 @@ def test_none_and_empty_list_are_present_values():
 
 
 def test_row_count_mismatch_is_a_contract_error_naming_the_stage():
-    ds = ld.from_items([{"v": i} for i in range(4)]).map_batches(lambda b: {"v": [1]}, name="ocr", batch_format="pyarrow")
+    ds = ld.from_items([{"v": i} for i in range(4)]).map_batches(
+        lambda b: {"v": [1]}, name="ocr", batch_format="pyarrow"
+    )
     with pytest.raises(
         ld.ContractError, match="stage 'ocr': expected 4 output rows for 4 input rows, got 1"
     ):

@@ -1,0 +1,91 @@
+"""How every stage calls user code: one error policy for expand, map, map_batches, filter and reduce.
+
+``on_error="isolate"`` (the default): a call that raises fails only what it was called on (a row, a
+parent, a group), with cause ``"Type: message"``; a batch call is first retried, then split in halves
+until the rows that raise fail alone. ``on_error="raise"``: the first error stops the run as a
+:class:`~lineage_data.UserCodeError` naming the stage, the original as ``__cause__``. A
+:class:`~lineage_data.ContractError` (the stage broke the contract, e.g. a wrong row count) always stops
+the run: it is a bug in the stage, not bad input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from lineage_data._core import outcomes
+from lineage_data._core.errors import ContractError, UserCodeError, describe
+from lineage_data._core.outcomes import Status
+
+OnError = Literal["isolate", "raise"]
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class CallPolicy:
+    """The error policy of one stage."""
+
+    stage: str
+    on_error: str = "isolate"
+    retries: int = 0  # batch calls only: attempts after the first, before splitting
+
+    def call(self, fn: Callable[..., Any], *args: Any, on: str) -> tuple[Any, Status | None]:
+        """``fn(*args)`` once: ``(value, None)``, or ``(None, FAILED status)`` if it raised.
+
+        ``on`` says what it was called on, for the error of ``on_error="raise"`` ("a row", "a parent").
+        """
+        try:
+            return fn(*args), None
+        except ContractError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            return None, self.failed(exc, on)
+
+    def failed(self, exc: Exception, on: str) -> Status:
+        """The status of a call that raised ``exc`` (or the run stops, under ``on_error="raise"``)."""
+        if self.on_error == "raise":
+            raise UserCodeError(f"stage {self.stage!r} raised on {on}: {describe(exc)}") from exc
+        return outcomes.from_exception(exc, self.stage)
+
+    def batch(
+        self,
+        run: Callable[[Any], R],
+        items: Any,
+        *,
+        size: Callable[[Any], int],
+        halves: Callable[[Any], tuple[Any, Any]],
+        merge: Callable[[R, R], R],
+        fail: Callable[[Any, Status], R],
+    ) -> R:
+        """``run(items)`` with retries, then by halves until what raises fails alone (``fail``)."""
+        return self._batch(run, items, self.retries, size, halves, merge, fail)
+
+    def _batch(
+        self,
+        run: Callable[[Any], R],
+        items: Any,
+        retries: int,
+        size: Callable[[Any], int],
+        halves: Callable[[Any], tuple[Any, Any]],
+        merge: Callable[[R, R], R],
+        fail: Callable[[Any, Status], R],
+    ) -> R:
+        n = size(items)
+        error: Exception = RuntimeError("no attempt was made")
+        for _ in range(retries + 1):
+            try:
+                return run(items)
+            except ContractError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - user code may raise anything
+                if self.on_error == "raise":
+                    self.failed(exc, f"a batch of {n} rows")
+                error = exc
+        if n <= 1:
+            return fail(items, self.failed(error, "a row"))
+        left, right = halves(items)
+        return merge(
+            self._batch(run, left, 0, size, halves, merge, fail),
+            self._batch(run, right, 0, size, halves, merge, fail),
+        )
