@@ -57,23 +57,12 @@ class CallPolicy:
         halves: Callable[[Any], tuple[Any, Any]],
         merge: Callable[[R, R], R],
         fail: Callable[[Any, Status], R],
+        retries: int | None = None,
     ) -> R:
         """``run(items)`` with retries, then by halves until what raises fails alone (``fail``)."""
-        return self._batch(run, items, self.retries, size, halves, merge, fail)
-
-    def _batch(
-        self,
-        run: Callable[[Any], R],
-        items: Any,
-        retries: int,
-        size: Callable[[Any], int],
-        halves: Callable[[Any], tuple[Any, Any]],
-        merge: Callable[[R, R], R],
-        fail: Callable[[Any, Status], R],
-    ) -> R:
         n = size(items)
         error: Exception = RuntimeError("no attempt was made")
-        for _ in range(retries + 1):
+        for _ in range((self.retries if retries is None else retries) + 1):
             try:
                 return run(items)
             except ContractError:
@@ -84,8 +73,8 @@ class CallPolicy:
                 error = exc
         if n <= 1:
             return fail(items, self.failed(error, "a row"))
-        left, right = halves(items)
-        return merge(
-            self._batch(run, left, 0, size, halves, merge, fail),
-            self._batch(run, right, 0, size, halves, merge, fail),
-        )
+        parts = [
+            self.batch(run, half, size=size, halves=halves, merge=merge, fail=fail, retries=0)
+            for half in halves(items)
+        ]
+        return merge(parts[0], parts[1])

@@ -1,4 +1,4 @@
-"""Smoke runs of every benchmark (``python -m bench <name> --scale smoke``), each in its own process.
+"""Smoke runs of every benchmark: ``python -m bench all --scale smoke`` once, ``faults`` on its own.
 
 Each subprocess starts (and stops) its own local Ray, so nothing is shared with the test session's Ray.
 Only the shape and sanity of the results are checked, never timings.
@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def _run_bench(name: str, out: Path) -> dict:
+def _bench(name: str, out: Path) -> dict:
+    """Run ``python -m bench NAME --scale smoke`` (``all``: every bench of ``bench all``, one Ray)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
@@ -28,13 +29,25 @@ def _run_bench(name: str, out: Path) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=600,
         check=False,
     )
     assert proc.returncode == 0, f"bench {name} failed:\n{proc.stderr[-4000:]}"
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert lines, f"bench {name} printed nothing on stdout:\n{proc.stderr[-2000:]}"
-    headline = json.loads(lines[-1])
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="module")
+def smoke_all(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """``bench all --scale smoke`` once (one process, one Ray) for every bench of ``all``."""
+    out = tmp_path_factory.mktemp("bench-all")
+    return _bench("all", out), out
+
+
+def _headline(name: str, run: tuple[dict, Path]) -> dict:
+    headlines, out = run
+    headline = headlines[name]
     assert headline["bench"] == name
     assert headline["scale"] == "smoke"
     results = list(out.glob(f"{name}-smoke-*.json"))
@@ -43,13 +56,17 @@ def _run_bench(name: str, out: Path) -> dict:
     return headline
 
 
+def _run_bench(name: str, out: Path) -> dict:
+    return _headline(name, ({name: _bench(name, out)}, out))
+
+
 def _frac(value: float, *, zero_ok: bool = False) -> None:
     assert isinstance(value, int | float)
     assert (value >= 0 if zero_ok else value > 0) and value <= 1, value
 
 
-def test_longtail_smoke(tmp_path: Path) -> None:
-    h = _run_bench("longtail", tmp_path)
+def test_longtail_smoke(smoke_all: tuple[dict, Path]) -> None:
+    h = _headline("longtail", smoke_all)
     assert h["wall_ratio_vs_ray_data"] > 0
     assert h["wall_ratio_vs_floor"] > 0
     _frac(h["first_commit_frac"])
@@ -57,11 +74,11 @@ def test_longtail_smoke(tmp_path: Path) -> None:
     _frac(h["gpu_busy_frac"])
     assert set(h["wall_s"]) >= {"floor", "ray_data", "lineage_data", "lineage_data_shards"}
     assert h["shards"]["first_shard_s"] > 0
-    assert list(tmp_path.glob("longtail-smoke-*.png"))
+    assert list(smoke_all[1].glob("longtail-smoke-*.png"))
 
 
-def test_poison_smoke(tmp_path: Path) -> None:
-    h = _run_bench("poison", tmp_path)
+def test_poison_smoke(smoke_all: tuple[dict, Path]) -> None:
+    h = _headline("poison", smoke_all)
     _frac(h["suppressed_frac"], zero_ok=True)
     assert h["wall_ratio_vs_clean"] > 0
     # Semantics, not timing: Ray Data cannot stop siblings; every poisoned parent ends SUPPRESSED.
@@ -69,26 +86,26 @@ def test_poison_smoke(tmp_path: Path) -> None:
     assert h["ray_data_siblings_computed_then_discarded"] == h["siblings"]
     assert h["poisoned_parents_suppressed"] >= 1
     assert 0 <= h["siblings_computed_then_discarded"] <= h["siblings"]
-    assert list(tmp_path.glob("poison-smoke-*.png"))
+    assert list(smoke_all[1].glob("poison-smoke-*.png"))
 
 
-def test_overhead_smoke(tmp_path: Path) -> None:
-    h = _run_bench("overhead", tmp_path)
+def test_overhead_smoke(smoke_all: tuple[dict, Path]) -> None:
+    h = _headline("overhead", smoke_all)
     assert h["overhead_ratio"] > 0
     assert h["overhead_ratio_from_ray"] > 0
     assert h["rows"] > 0
 
 
-def test_coordinator_smoke(tmp_path: Path) -> None:
-    h = _run_bench("coordinator", tmp_path)
+def test_coordinator_smoke(smoke_all: tuple[dict, Path]) -> None:
+    h = _headline("coordinator", smoke_all)
     assert h["events_per_s"] > 0
     assert h["bytes_per_in_flight_parent"] > 0
     assert h["call_ms"] > 0 and h["call_ms_ray"] > 0
     assert 0 < h["bytes_per_root_kept_to_the_end"] < 1000
 
 
-def test_smallparents_smoke(tmp_path: Path) -> None:
-    h = _run_bench("smallparents", tmp_path)
+def test_smallparents_smoke(smoke_all: tuple[dict, Path]) -> None:
+    h = _headline("smallparents", smoke_all)
     assert h["wall_ratio_vs_floor"] > 0
     assert h["wall_ratio_vs_ray_data"] > 0
     assert set(h["wall_s"]) == {"floor", "ray_data", "lineage_data"}

@@ -4,6 +4,8 @@ For every ``compute``/``concurrency`` spelling and every ``batch_format``: ident
 lowered Ray plan runs the user's stage with the strategy Ray itself chooses.
 """
 
+import gc
+
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -107,7 +109,8 @@ def test_lowered_plan_uses_the_strategy_ray_chooses(spelling):
         op = map_ops(lowered)["MapBatches(times)"]
         assert strategy_fields(op.compute) == strategy_fields(ray_op.compute)
         assert op.ray_remote_args.get("num_cpus") == 0.25
-        lowered.take_all()  # consumed: its helpers stop
+        del lowered, op  # not executed: its helpers stop when it is garbage collected
+        gc.collect()
 
 
 def tagged(batch):
@@ -194,7 +197,8 @@ def test_reduce_lineage_takes_a_callable_class_with_resources():
     )
     ops = map_ops(lowered := docs.to_ray())
     assert type(ops["MapBatches(join)"].compute).__name__ == "ActorPoolStrategy"
-    lowered.take_all()
+    del lowered  # never executed: its helpers stop when it is garbage collected
+    gc.collect()
     rows = {r["_lineage_root"]: r["text"] for r in docs.take_all()}
     assert rows["d2"] == "20-21-22!" and rows["d0"] == "0!"
 
@@ -208,7 +212,8 @@ def test_filter_and_expand_take_gpu_and_named_remote_args():
     ops = map_ops(lowered := ds.to_ray())
     assert ops["MapBatches(even)"].ray_remote_args["num_gpus"] == 1
     assert ops["MapBatches(same)"].ray_remote_args["max_calls"] == 100
-    lowered.take_all()
+    del lowered  # never executed: its helpers stop when it is garbage collected
+    gc.collect()
     rows = ds.take_all()
     assert sorted(r["x"] for r in rows if r["_lineage_outcome"] == "PRESENT") == list(
         range(0, 12, 2)
@@ -221,7 +226,8 @@ def test_stage_names_are_ray_operator_and_actor_names():
         Times, name="ocr", compute=ActorPoolStrategy(size=1), num_cpus=0.25
     )
     assert "MapBatches(ocr)" in map_ops(lowered := ds.to_ray())
-    lowered.take_all()
+    del lowered  # never executed: its helpers stop when it is garbage collected
+    gc.collect()
 
     class Broken:
         def __init__(self):
