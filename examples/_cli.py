@@ -24,6 +24,20 @@ def common_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def model_args(concurrency: int, num_gpus: float, batch_size: int) -> dict[str, Any]:
+    """The model stage's ``map_batches`` arguments: an actor pool of ``concurrency`` actors."""
+    from ray.data import ActorPoolStrategy
+
+    args: dict[str, Any] = {
+        "compute": ActorPoolStrategy(size=concurrency),
+        "batch_size": batch_size,
+        "num_cpus": 0.25,
+    }
+    if num_gpus:
+        args["num_gpus"] = num_gpus
+    return args
+
+
 def start_ray(address: str | None) -> None:
     """Connect to a cluster, or start local Ray (``ld.init`` sizes it for small machines)."""
     import lineage_data as ld

@@ -14,8 +14,6 @@ import functools
 import sys
 from typing import Any
 
-from ray.data import ActorPoolStrategy
-
 import lineage_data as ld
 from connectors.pdf import ExtractText, render_pages
 from connectors.testing.echo_llm import EchoLLM
@@ -44,13 +42,9 @@ def build(
     pages = docs.expand_lineage(
         functools.partial(render_pages, dpi=dpi, render=stage == "vlm"), name="render_pages"
     )
-    model_args: dict[str, Any] = {
-        "compute": ActorPoolStrategy(size=concurrency),
-        "batch_size": batch_size,
-        "num_cpus": 0.25,
-    }
-    if num_gpus:
-        model_args["num_gpus"] = num_gpus
+    from examples._cli import model_args as stage_args
+
+    model_args = stage_args(concurrency, num_gpus, batch_size)
     if stage == "vlm":
         ocr = pages.map_batches(
             VllmStage,

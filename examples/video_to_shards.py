@@ -13,8 +13,6 @@ import functools
 import sys
 from typing import Any
 
-from ray.data import ActorPoolStrategy
-
 import lineage_data as ld
 from connectors.testing.echo_llm import EchoLLM
 from connectors.video import sample_frames, split_clips
@@ -55,13 +53,9 @@ def build(
     filesystem: Any = None,
 ) -> ld.LineageDataset:
     """The lineage plan (nothing runs until it is consumed)."""
-    model_args: dict[str, Any] = {
-        "compute": ActorPoolStrategy(size=concurrency),
-        "batch_size": batch_size,
-        "num_cpus": 0.25,
-    }
-    if num_gpus:
-        model_args["num_gpus"] = num_gpus
+    from examples._cli import model_args as stage_args
+
+    model_args = stage_args(concurrency, num_gpus, batch_size)
     return (
         ld.read_files(input_path, filesystem=filesystem)
         .expand_lineage(functools.partial(split_clips, clip_seconds=clip_seconds), name="clips")
