@@ -29,6 +29,7 @@ import unicodedata
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from connectors import errors
 from connectors.errors import (
     CorruptInputError,
     EmptyInputError,
@@ -36,9 +37,6 @@ from connectors.errors import (
     OversizedInputError,
     TruncatedInputError,
     UnsupportedInputError,
-    input_bytes,
-    input_name,
-    sniff_format,
 )
 from lineage_data._core.failures import RecordFailure
 
@@ -167,7 +165,7 @@ class _PageOptions:
 def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str, Any]]:
     """The generator behind :func:`render_pages`: open, check, yield pages, always close."""
     pdfium = _import_pdfium()
-    name = input_name(row, kind="pdf")
+    name = errors.input_name(row, kind="pdf")
     data = _checked_bytes(row, name, options.max_bytes)  # alive until the document closes
     document = _open_document(pdfium, data, name)
     try:
@@ -192,8 +190,8 @@ def _import_pdfium() -> Any:
 
 def _checked_bytes(row: dict[str, Any], name: str, max_bytes: int | None) -> bytes:
     """``row["bytes"]`` as ``bytes``, after the checks that need no parser."""
-    data = input_bytes(row, "bytes", name, max_bytes)
-    kind = sniff_format(data)
+    data = errors.input_bytes(row, "bytes", name, max_bytes)
+    kind = errors.sniff_format(data)
     if kind != "PDF document":
         raise UnsupportedInputError.for_input(name, f"not a PDF (looks like {kind})")
     if data.rfind(b"%%EOF") < 0:

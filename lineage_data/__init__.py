@@ -25,7 +25,7 @@ from lineage_data._core.errors import (
 )
 from lineage_data._core.failures import GroupFailure, RecordFailure
 from lineage_data._core.outcomes import Outcome
-from lineage_data._core.plan import Plan, Source
+from lineage_data._core.plan import FilesSource, ItemsSource, Plan, RaySource
 from lineage_data._core.source import root_ids
 from lineage_data.dataset import LineageDataset
 from lineage_data.report import RunReport
@@ -75,7 +75,8 @@ def from_items(
     rows = [dict(item) for item in items]
     roots = tuple(root_ids(rows, id_column))
     known = frozenset(name for row in rows for name in row) if rows else None
-    return LineageDataset(Plan(Source("items", tuple(rows), id_column, roots=roots, columns=known)))
+    source = ItemsSource(items=tuple(rows), id_column=id_column, roots=roots, columns=known)
+    return LineageDataset(Plan(source))
 
 
 def from_ray(dataset: Any, *, id_column: str | None = None) -> LineageDataset:
@@ -96,7 +97,7 @@ def from_ray(dataset: Any, *, id_column: str | None = None) -> LineageDataset:
             raise PlanError(
                 f"from_ray: columns {reserved} use the reserved prefix {columns.PREFIX!r}"
             )
-    return LineageDataset(Plan(Source("ray", dataset, id_column, columns=known)))
+    return LineageDataset(Plan(RaySource(dataset=dataset, id_column=id_column, columns=known)))
 
 
 def _known_columns(dataset: Any) -> frozenset[str] | None:
@@ -165,17 +166,15 @@ def read_files(
         partition_filter=partition_filter,
         ignore_missing_paths=ignore_missing_paths,
     )
-    return LineageDataset(
-        Plan(
-            Source(
-                "files",
-                (FileSource(fs, chosen), files),
-                "path" if "path" in chosen else None,
-                {"files_per_task": files_per_task},
-                columns=frozenset(chosen),
-            )
-        )
+    source = FilesSource(
+        reader=FileSource(fs, chosen),
+        files=tuple(files),
+        files_per_task=files_per_task,
+        id_column="path" if "path" in chosen else None,
+        roots=tuple(uri for uri, _ in files),
+        columns=frozenset(chosen),
     )
+    return LineageDataset(Plan(source))
 
 
 def init(address: str | None = None, **ray_init_kwargs: Any) -> None:

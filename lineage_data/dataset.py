@@ -11,13 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from lineage_data._core import columns as C
 from lineage_data._core.batching import rebatch
 from lineage_data._core.errors import LineageError, PlanError
-from lineage_data._core.plan import BATCH_FORMATS, DEFAULT_BATCH_FORMAT, Kind, Plan, Source, Stage
+from lineage_data._core.plan import MaterializedSource, Plan
+from lineage_data._core.stages import (
+    BATCH_FORMATS,
+    DEFAULT_BATCH_FORMAT,
+    AnyStage,
+    BatchFormat,
+    Expand,
+    Filter,
+    MapBatches,
+    MapRows,
+    OnChildFailure,
+    OnError,
+    RayOptions,
+    Reduce,
+    from_options,
+)
 from lineage_data._core.udf import to_format
+from lineage_data._ray.column_verbs import Columns, Predicate, Rename, WithColumn
 from lineage_data.report import RunReport
 
 if TYPE_CHECKING:
@@ -68,18 +84,29 @@ class LineageDataset:
         """The level of the rows this dataset yields (0 = source rows)."""
         return self._plan.level
 
-    def _then(self, kind: Kind, fn: Any, name: str | None, **options: Any) -> LineageDataset:
+    def _then(
+        self, cls: type[AnyStage], fn: Any, name: str | None, ray: Mapping[str, Any], **own: Any
+    ) -> LineageDataset:
         src = self._plan.source
-        if src.kind == "materialized" and src.options.get("level", 0) and not self._plan.stages:
+        if isinstance(src, MaterializedSource) and src.level and not self._plan.stages:
             raise PlanError(
                 "this dataset was materialized at an open level; only a closed plan (level 0) can "
                 "be continued: reduce_lineage before materialize()"
             )
-        stage_name = name or self._plan.unique_name(fn, kind)
-        stage = Stage(kind=kind, name=stage_name, fn=fn, level=self._plan.level, **options)
+        call, compute = from_options(fn, ray)
+        stage = cls(
+            name=name or self._plan.unique_name(fn, cls.kind),
+            level=self._plan.level,
+            call=call,
+            compute=compute,
+            **own,
+        )
         return LineageDataset(self._plan.then(stage))
 
     # -- stages ---------------------------------------------------------------------------------
+    # Every stage verb also takes Ray Data's arguments (RayOptions: compute, concurrency, fn_args,
+    # fn_kwargs, fn_constructor_args, fn_constructor_kwargs, num_cpus, num_gpus, memory and Ray's
+    # other remote arguments), with Ray's meaning and defaults.
     def expand_lineage(
         self,
         fn: Callable[..., Iterable[dict]] | type,
@@ -87,17 +114,8 @@ class LineageDataset:
         name: str | None = None,
         carry: Sequence[str] | None = None,
         batch_size: int | None = None,
-        compute: Any = None,
-        concurrency: int | tuple[int, ...] | None = None,
-        fn_args: Iterable[Any] | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_args: Iterable[Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
-        num_cpus: float | None = None,
-        num_gpus: float | None = None,
-        memory: float | None = None,
-        on_error: str = "isolate",
-        **ray_remote_args: Any,
+        on_error: OnError = "isolate",
+        **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """Open a level: ``fn(row, *fn_args, **fn_kwargs) -> Iterable[dict]`` gives a row's children.
 
@@ -109,24 +127,13 @@ class LineageDataset:
         and the resource arguments mean what they mean for Ray's ``flat_map``.
         """
         return self._then(
-            Kind.EXPAND,
+            Expand,
             fn,
             name,
+            options,
             carry=tuple(carry or ()),
             batch_size=batch_size,
             on_error=on_error,
-            **_call_options(
-                compute,
-                concurrency,
-                fn_args,
-                fn_kwargs,
-                fn_constructor_args,
-                fn_constructor_kwargs,
-                num_cpus,
-                num_gpus,
-                memory,
-                ray_remote_args,
-            ),
         )
 
     def map_batches(
@@ -135,19 +142,10 @@ class LineageDataset:
         *,
         name: str | None = None,
         batch_size: int | None = None,
-        compute: Any = None,
-        batch_format: str | None = DEFAULT_BATCH_FORMAT,
-        fn_args: Iterable[Any] | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_args: Iterable[Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
-        num_cpus: float | None = None,
-        num_gpus: float | None = None,
-        memory: float | None = None,
-        concurrency: int | tuple[int, ...] | None = None,
-        on_error: str = "isolate",
+        batch_format: BatchFormat = DEFAULT_BATCH_FORMAT,
+        on_error: OnError = "isolate",
         max_retries: int = 1,
-        **ray_remote_args: Any,
+        **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """A 1:1 batch stage, as Ray's ``map_batches``; ``fn`` sees the user columns of PRESENT rows.
 
@@ -159,31 +157,20 @@ class LineageDataset:
         :class:`~lineage_data.ContractError`. Under ``on_error="isolate"`` a batch that raises is
         retried ``max_retries`` times, then halved until the rows that raise fail alone.
         """
-        if num_gpus and batch_size is None:
+        if options.get("num_gpus") and batch_size is None:
             raise PlanError(
                 "map_batches: give batch_size when asking for GPUs (as Ray Data requires); the best "
                 "size depends on the model, the data and the GPU"
             )
         return self._then(
-            Kind.MAP,
+            MapBatches,
             fn,
             name,
+            options,
             batch_size=batch_size,
             batch_format=batch_format,
             on_error=on_error,
             max_retries=max_retries,
-            **_call_options(
-                compute,
-                concurrency,
-                fn_args,
-                fn_kwargs,
-                fn_constructor_args,
-                fn_constructor_kwargs,
-                num_cpus,
-                num_gpus,
-                memory,
-                ray_remote_args,
-            ),
         )
 
     def map(
@@ -191,100 +178,52 @@ class LineageDataset:
         fn: Callable[[dict], dict] | type,
         *,
         name: str | None = None,
-        compute: Any = None,
-        fn_args: Iterable[Any] | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_args: Iterable[Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
-        num_cpus: float | None = None,
-        num_gpus: float | None = None,
-        memory: float | None = None,
-        concurrency: int | tuple[int, ...] | None = None,
-        on_error: str = "isolate",
-        **ray_remote_args: Any,
+        on_error: OnError = "isolate",
+        **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """A 1:1 row stage, as Ray's ``map``: ``fn(row) -> dict`` (or a failure value).
 
         Same rules as :meth:`map_batches`; a row that raises fails alone under ``on_error="isolate"``.
         """
-        return self._then(
-            Kind.MAP_ROWS,
-            fn,
-            name,
-            on_error=on_error,
-            **_call_options(
-                compute,
-                concurrency,
-                fn_args,
-                fn_kwargs,
-                fn_constructor_args,
-                fn_constructor_kwargs,
-                num_cpus,
-                num_gpus,
-                memory,
-                ray_remote_args,
-            ),
-        )
+        return self._then(MapRows, fn, name, options, on_error=on_error)
 
     def filter(
         self,
-        fn: Callable[[dict], bool] | type,
+        fn: Callable[[dict], bool] | type | None = None,
+        expr: Any = None,
         *,
         name: str | None = None,
-        compute: Any = None,
-        fn_args: Iterable[Any] | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_args: Iterable[Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
-        num_cpus: float | None = None,
-        num_gpus: float | None = None,
-        memory: float | None = None,
-        concurrency: int | tuple[int, ...] | None = None,
-        on_error: str = "isolate",
-        **ray_remote_args: Any,
+        on_error: OnError = "isolate",
+        **options: Unpack[RayOptions],
     ) -> LineageDataset:
-        """Keep rows where ``fn(row)`` is true, as Ray's ``filter``.
+        """Keep rows where ``fn(row)`` is true, or where the Ray expression ``expr`` holds.
 
-        Unlike Ray, a row filtered out is not gone: it becomes a DROPPED row (a tombstone) so that every
+        As Ray's ``filter``: give exactly one of ``fn`` and ``expr`` (a ``ray.data.expressions``
+        predicate such as ``col("pages") > 3``; Ray's deprecated string form is not taken). Unlike
+        Ray, a row filtered out is not gone: it becomes a DROPPED row (a tombstone) so that every
         root still ends as one row and the counts stay exact; ``keep_lineage=False`` consumers and
         :meth:`iter_torch_batches` leave it out.
         """
-        return self._then(
-            Kind.FILTER,
-            fn,
-            name,
-            on_error=on_error,
-            **_call_options(
-                compute,
-                concurrency,
-                fn_args,
-                fn_kwargs,
-                fn_constructor_args,
-                fn_constructor_kwargs,
-                num_cpus,
-                num_gpus,
-                memory,
-                ray_remote_args,
-            ),
-        )
+        if (fn is None) == (expr is None):
+            raise PlanError("filter: give exactly one of fn and expr")
+        if expr is not None:
+            if not type(expr).__module__.startswith("ray.data"):
+                raise PlanError(
+                    f"filter: expr must be a ray.data.expressions predicate, got {type(expr).__name__}"
+                )
+            if any(k.startswith("fn_") for k in options):
+                raise PlanError("filter: fn_args/fn_kwargs/fn_constructor_* need fn, not expr")
+            fn = Predicate(expr)
+        return self._then(Filter, fn, name, options, on_error=on_error)
 
     def reduce_lineage(
         self,
         fn: Callable[..., dict] | type | None = None,
         *,
         name: str | None = None,
-        on_child_failure: str = "fail",
-        compute: Any = None,
-        fn_args: Iterable[Any] | None = None,
-        fn_kwargs: Mapping[str, Any] | None = None,
-        fn_constructor_args: Iterable[Any] | None = None,
-        fn_constructor_kwargs: Mapping[str, Any] | None = None,
-        num_cpus: float | None = None,
-        num_gpus: float | None = None,
-        memory: float | None = None,
-        concurrency: int | tuple[int, ...] | None = None,
-        on_error: str = "isolate",
-        **ray_remote_args: Any,
+        on_child_failure: OnChildFailure = "fail",
+        on_error: OnError = "isolate",
+        **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """Close a level: ``fn(parent, children, *fn_args, **fn_kwargs) -> dict``, children in order.
 
@@ -298,23 +237,7 @@ class LineageDataset:
         groupby, no barrier.
         """
         return self._then(
-            Kind.REDUCE,
-            fn,
-            name,
-            on_child_failure=on_child_failure,
-            on_error=on_error,
-            **_call_options(
-                compute,
-                concurrency,
-                fn_args,
-                fn_kwargs,
-                fn_constructor_args,
-                fn_constructor_kwargs,
-                num_cpus,
-                num_gpus,
-                memory,
-                ray_remote_args,
-            ),
+            Reduce, fn, name, options, on_child_failure=on_child_failure, on_error=on_error
         )
 
     # -- column verbs (1:1 stages that keep the lineage columns) --------------------------------
@@ -322,13 +245,13 @@ class LineageDataset:
         """Keep only these user columns (the lineage columns stay). An unknown column raises."""
         names = [cols] if isinstance(cols, str) else list(cols)
         self._check_known(names, "select_columns")
-        return self._column_stage("select_columns", _Select(names), ray_remote_args)
+        return self._column_stage("select_columns", Columns(names, keep=True), ray_remote_args)
 
     def drop_columns(self, cols: str | Sequence[str], **ray_remote_args: Any) -> LineageDataset:
         """Drop these user columns (the lineage columns stay). An unknown column raises."""
         names = [cols] if isinstance(cols, str) else list(cols)
         self._check_known(names, "drop_columns")
-        return self._column_stage("drop_columns", _Drop(names), ray_remote_args)
+        return self._column_stage("drop_columns", Columns(names, keep=False), ray_remote_args)
 
     def rename_columns(
         self, names: Mapping[str, str] | Sequence[str], **ray_remote_args: Any
@@ -341,7 +264,7 @@ class LineageDataset:
             bad = [n for n in names if C.is_reserved(str(n))]
         if bad:
             raise PlanError(f"rename_columns: {bad} use the reserved prefix {C.PREFIX!r}")
-        return self._column_stage("rename_columns", _Rename(names), ray_remote_args)
+        return self._column_stage("rename_columns", Rename(names), ray_remote_args)
 
     def with_column(self, column_name: str, expr: Any, **ray_remote_args: Any) -> LineageDataset:
         """Add or replace a user column from a Ray Data expression (``ray.data.expressions``).
@@ -355,7 +278,7 @@ class LineageDataset:
                 f"with_column: expr must be a ray.data.expressions expression or a function of the "
                 f"batch, got {type(expr).__name__}"
             )
-        return self._column_stage("with_column", _WithColumn(column_name, expr), ray_remote_args)
+        return self._column_stage("with_column", WithColumn(column_name, expr), ray_remote_args)
 
     def _column_stage(
         self, kind: str, fn: Any, ray_remote_args: Mapping[str, Any]
@@ -363,13 +286,13 @@ class LineageDataset:
         # A column verb is a batch stage over Arrow batches that raises on a wrong column name
         # (a typo must stop the run, not fail every row one by one).
         return self._then(
-            Kind.MAP,
+            MapBatches,
             fn,
             self._plan.unique_name(None, kind),
+            ray_remote_args,
             batch_format="pyarrow",
             on_error="raise",
             max_retries=0,
-            ray_remote_args=dict(ray_remote_args),
         )
 
     def _check_known(self, names: list[str], verb: str) -> None:
@@ -489,7 +412,7 @@ class LineageDataset:
         *,
         prefetch_batches: int = 1,
         batch_size: int | None = DEFAULT_BATCH_SIZE,
-        batch_format: str | None = DEFAULT_BATCH_FORMAT,
+        batch_format: BatchFormat = DEFAULT_BATCH_FORMAT,
         drop_last: bool = False,
         local_shuffle_buffer_size: int | None = None,
         local_shuffle_seed: int | None = None,
@@ -568,7 +491,7 @@ class LineageDataset:
         self,
         batch_size: int = DEFAULT_TAKE,
         *,
-        batch_format: str | None = DEFAULT_BATCH_FORMAT,
+        batch_format: BatchFormat = DEFAULT_BATCH_FORMAT,
         keep_lineage: bool = True,
     ) -> Any:
         """The rows of the first ``batch_size`` roots as one batch; only those roots run."""
@@ -632,13 +555,8 @@ class LineageDataset:
         )
         report = self.report()
         roots = tuple(report.parents["root"].to_list()) if self.level == 0 else None
-        source = Source(
-            "materialized",
-            refs,
-            "_lineage_root",
-            {"level": self.level},
-            roots=roots,
-            columns=None,
+        source = MaterializedSource(
+            refs=refs, id_column=C.ROOT, level=self.level, roots=roots, columns=None
         )
         return LineageDataset(
             Plan(source, max_repair_attempts=self._plan.max_repair_attempts),
@@ -717,90 +635,3 @@ def _public_batch(batch: pa.Table) -> pa.Table:
 def _check_format(batch_format: str | None) -> None:
     if batch_format not in BATCH_FORMATS:
         raise ValueError(f"batch_format must be one of {BATCH_FORMATS}, got {batch_format!r}")
-
-
-def _call_options(
-    compute: Any,
-    concurrency: Any,
-    fn_args: Iterable[Any] | None,
-    fn_kwargs: Mapping[str, Any] | None,
-    fn_constructor_args: Iterable[Any] | None,
-    fn_constructor_kwargs: Mapping[str, Any] | None,
-    num_cpus: float | None,
-    num_gpus: float | None,
-    memory: float | None,
-    ray_remote_args: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The options every stage verb shares (how the user function is called, where it runs)."""
-    return {
-        "compute": compute,
-        "concurrency": concurrency,
-        "fn_args": tuple(fn_args or ()),
-        "fn_kwargs": dict(fn_kwargs or {}),
-        "fn_constructor_args": tuple(fn_constructor_args or ()),
-        "fn_constructor_kwargs": dict(fn_constructor_kwargs or {}),
-        "num_cpus": num_cpus,
-        "num_gpus": num_gpus,
-        "memory": memory,
-        "ray_remote_args": dict(ray_remote_args),
-    }
-
-
-# -- the column verbs' functions (picklable classes: they travel to the workers) --------------------
-class _Select:
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-        self.__name__ = "select_columns"
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        return batch.select(self.names)
-
-
-class _Drop:
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-        self.__name__ = "drop_columns"
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        return batch.drop_columns(self.names)
-
-
-class _Rename:
-    def __init__(self, names: Mapping[str, str] | Sequence[str]) -> None:
-        self.names = dict(names) if isinstance(names, Mapping) else list(names)
-        self.__name__ = "rename_columns"
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        if isinstance(self.names, dict):
-            unknown = [n for n in self.names if n not in batch.column_names]
-            if unknown:
-                raise KeyError(f"rename_columns: no column(s) {unknown} in {batch.column_names}")
-            return batch.rename_columns([self.names.get(n, n) for n in batch.column_names])
-        return batch.rename_columns(self.names)
-
-
-class _WithColumn:
-    def __init__(self, name: str, expr: Any) -> None:
-        self.name = name
-        self.expr = expr
-        self.__name__ = "with_column"
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        import pyarrow as pa
-        from ray.data.expressions import Expr
-
-        if isinstance(self.expr, Expr):
-            from ray.data._internal.planner.plan_expression.expression_evaluator import eval_expr
-
-            values = eval_expr(self.expr, batch)
-        else:
-            values = self.expr(batch)
-        if not isinstance(values, pa.Array | pa.ChunkedArray):
-            values = (
-                pa.array(values)
-                if not isinstance(values, pa.Scalar)
-                else pa.array([values.as_py()] * batch.num_rows, values.type)
-            )
-        if self.name in batch.column_names:
-            return batch.set_column(batch.column_names.index(self.name), self.name, values)
-        return batch.append_column(self.name, values)

@@ -13,7 +13,8 @@ import pyarrow as pa
 
 import lineage_data as ld
 from lineage_data._core.failures import GroupFailure, RecordFailure
-from lineage_data._core.plan import Kind, Plan
+from lineage_data._core.plan import Plan
+from lineage_data._core.stages import Kind
 
 
 @dataclass
@@ -36,9 +37,10 @@ def _matching_reduce(stages, i):
 
 
 def _call_one(stage, row):
-    fn = stage.fn(**stage.fn_constructor_kwargs) if isinstance(stage.fn, type) else stage.fn
+    call = stage.call
+    fn = call.fn(**call.constructor_kwargs) if isinstance(call.fn, type) else call.fn
     if stage.kind is Kind.MAP:
-        out = fn(pa.Table.from_pylist([row]), **stage.fn_kwargs)
+        out = fn(pa.Table.from_pylist([row]), **call.kwargs)
         if isinstance(out, pa.Table):
             return out.to_pylist()[0]
         value = {
@@ -48,7 +50,7 @@ def _call_one(stage, row):
             if isinstance(v, RecordFailure | GroupFailure):
                 return v
         return value
-    return fn(row, **stage.fn_kwargs)
+    return fn(row, **call.kwargs)
 
 
 def _run(stages, offset, ents, nested):
@@ -65,7 +67,7 @@ def _run(stages, offset, ents, nested):
                 try:
                     kids = [
                         Ent("PRESENT", {**{c: e.row[c] for c in st.carry}, **k})
-                        for k in st.fn(dict(e.row))
+                        for k in st.call.fn(dict(e.row))
                     ]
                 except Exception as exc:  # noqa: BLE001
                     e.outcome, e.cause = "FAILED", f"{type(exc).__name__}: {exc}"
@@ -85,11 +87,11 @@ def _run(stages, offset, ents, nested):
                     pickle.dumps({k: v for k, v in e.row.items() if not isinstance(v, bytes)})
                 )
                 try:
-                    if red.fn is None:
+                    if red.call.fn is None:
                         names = dict.fromkeys(n for r in kept for n in r if n not in st.carry)
                         value = {**parent, **{n: [r.get(n) for r in kept] for n in names}}
                     else:
-                        value = red.fn(parent, kept, **red.fn_kwargs)
+                        value = red.call.fn(parent, kept, **red.call.kwargs)
                 except Exception as exc:  # noqa: BLE001
                     e.outcome, e.cause = "FAILED", f"{type(exc).__name__}: {exc}"
                     continue
@@ -124,7 +126,7 @@ def reference(plan: Plan) -> dict[str, tuple[str, dict | None, str | None]]:
     """``root -> (outcome, user row or None, cause)`` for a closed plan over a from_items source."""
     from lineage_data._core.source import root_ids
 
-    items = [dict(x) for x in plan.source.payload]
+    items = [dict(x) for x in plan.source.items]
     roots = root_ids(items, plan.source.id_column)
     ents = [Ent("PRESENT", dict(x)) for x in items]
     _run(plan.stages, 0, ents, False)

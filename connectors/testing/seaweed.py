@@ -35,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,19 @@ def _free_ports(host: str, count: int) -> list[int]:
             sock.close()
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """What ``weed mini`` is started with.
+
+    A kept data directory (None: a temporary one), the S3 port choice, the binary, extra flags.
+    """
+
+    dir: Path | None
+    s3_port: int | None
+    binary: str | None
+    flags: tuple[str, ...]
+
+
 class SeaweedServer:
     """One ``weed mini`` process serving S3 on loopback; a context manager.
 
@@ -180,17 +194,18 @@ class SeaweedServer:
         elif auth:
             access_key = "LD" + secrets.token_hex(9).upper()
             secret_key = secrets.token_urlsafe(30)
-        self._access_key = access_key
-        self._secret_key = secret_key
-        self._owns_dir = dir is None
-        self._dir_arg = None if dir is None else Path(dir).resolve()
-        self._s3_port = s3_port
-        self.host = host
-        self._binary = binary
-        self.start_timeout = start_timeout
-        self._volume_max = volume_max
-        self._volume_size_limit_mb = volume_size_limit_mb
-        self._extra_args = list(extra_args)
+        self._access_key, self._secret_key = access_key, secret_key
+        self.host, self.start_timeout = host, start_timeout
+        self._options = _Launch(
+            dir=None if dir is None else Path(dir).resolve(),
+            s3_port=s3_port,
+            binary=binary,
+            flags=(
+                f"-volume.max={volume_max}",
+                f"-master.volumeSizeLimitMB={volume_size_limit_mb}",
+                *extra_args,
+            ),
+        )
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: Any = None
         self._base: Path | None = None
@@ -283,14 +298,14 @@ class SeaweedServer:
         with self._lock:
             if self._proc is not None:
                 raise SeaweedError("this SeaweedServer was already started")
-            binary = self._binary or find_weed_binary()
+            binary = self._options.binary or find_weed_binary()
             self._base = Path(tempfile.mkdtemp(prefix="ld-weed-"))
             self._runtime = self._base
-            self.data_dir = self._dir_arg or self._base / "data"
+            self.data_dir = self._options.dir or self._base / "data"
             self.data_dir.mkdir(parents=True, exist_ok=True)
             # weed mini re-reads the flags of its last run from here; start from a clean slate.
             (self.data_dir / "mini.options").unlink(missing_ok=True)
-            auto_ports = self._s3_port in (None, 0)
+            auto_ports = self._options.s3_port in (None, 0)
             attempts = 3 if auto_ports else 1
             t0 = time.monotonic()
             try:
@@ -315,19 +330,19 @@ class SeaweedServer:
 
     def _choose_ports(self, *, prefer_default: bool) -> dict[str, int]:
         if (
-            self._s3_port is None
+            self._options.s3_port is None
             and prefer_default
             and all(_port_free(self.host, port) for port in DEFAULT_PORTS.values())
         ):
             return dict(DEFAULT_PORTS)
         names = list(DEFAULT_PORTS)
-        if self._s3_port:
-            if not _port_free(self.host, self._s3_port):
-                raise SeaweedError(f"S3 port {self.host}:{self._s3_port} is already in use")
+        if self._options.s3_port:
+            if not _port_free(self.host, self._options.s3_port):
+                raise SeaweedError(f"S3 port {self.host}:{self._options.s3_port} is already in use")
             names.remove("s3")
         ports = dict(zip(names, _free_ports(self.host, len(names)), strict=True))
-        if self._s3_port:
-            ports["s3"] = self._s3_port
+        if self._options.s3_port:
+            ports["s3"] = self._options.s3_port
         return ports
 
     def _command(self, binary: str) -> list[str]:
@@ -345,8 +360,6 @@ class SeaweedServer:
             "-s3.port.lance=0",
             "-admin.ui=false",
             "-volume.preStopSeconds=0",
-            f"-volume.max={self._volume_max}",
-            f"-master.volumeSizeLimitMB={self._volume_size_limit_mb}",
         ]
         cmd += [f"{_PORT_FLAGS[name]}={port}" for name, port in self.ports.items()]
         for component in ("filer", "s3"):
@@ -364,7 +377,7 @@ class SeaweedServer:
             with os.fdopen(fd, "w") as handle:
                 json.dump({"identities": [identity]}, handle)
             cmd.append(f"-s3.config={config}")
-        return cmd + self._extra_args
+        return [*cmd, *self._options.flags]
 
     def _launch(self, binary: str) -> None:
         assert self.log_path is not None
@@ -447,7 +460,7 @@ class SeaweedServer:
         if self._base is not None:
             shutil.rmtree(self._base, ignore_errors=True)
             self._base = None
-        if not self._owns_dir and self.data_dir is not None:
+        if self._options.dir is not None and self.data_dir is not None:
             (self.data_dir / "mini.options").unlink(missing_ok=True)
 
     def stop(self, timeout: float = 15.0) -> None:

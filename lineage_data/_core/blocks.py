@@ -7,11 +7,12 @@ one GPU actor gets all of it. A block of one downstream batch does both: the par
 block by bytes first (:data:`TARGET_BLOCK_BYTES`, applied by the expansion as it emits children).
 
 Example:
-    >>> from lineage_data._core.plan import Kind, Plan, Source, Stage
-    >>> plan = Plan(Source("items", ()), (
-    ...     Stage(Kind.EXPAND, "pages", fn=iter, level=0),
-    ...     Stage(Kind.MAP, "ocr", fn=len, level=1, batch_size=32),
-    ...     Stage(Kind.REDUCE, "docs", fn=None, level=1),
+    >>> from lineage_data._core.plan import Plan, Source
+    >>> from lineage_data._core.stages import Expand, MapBatches, Reduce, UserFn
+    >>> plan = Plan(Source(), (
+    ...     Expand(name="pages", call=UserFn(iter), level=0),
+    ...     MapBatches(name="ocr", call=UserFn(len), level=1, batch_size=32),
+    ...     Reduce(name="docs", call=UserFn(None), level=1),
     ... ))
     >>> rows_per_block(plan, 0)
     32
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lineage_data._core.plan import Kind, Plan
+from lineage_data._core.plan import Plan
+from lineage_data._core.stages import Expand, MapBatches, Reduce
 
 # Rows per block when nothing downstream says how it batches (the historical default).
 DEFAULT_ROWS_PER_BLOCK = 16
@@ -44,11 +46,11 @@ def rows_per_block(plan: Plan, index: int) -> int:
     """
     unsized = False
     for stage in plan.stages[index + 1 :]:
-        if stage.kind is Kind.EXPAND:
+        if isinstance(stage, Expand):
             return DEFAULT_ROWS_PER_BLOCK
-        if stage.kind is Kind.REDUCE:
+        if isinstance(stage, Reduce):
             break
-        if stage.batch_size is not None:
+        if isinstance(stage, MapBatches) and stage.batch_size is not None:
             return stage.batch_size
         unsized = True
     return DEFAULT_ROWS_PER_BLOCK if unsized else WIDE_ROWS_PER_BLOCK

@@ -16,8 +16,8 @@ from lineage_data._core import outcomes
 from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK, TARGET_BLOCK_BYTES, row_bytes
 from lineage_data._core.errors import ContractError, PlanError, describe
 from lineage_data._core.outcomes import Outcome, Status
-from lineage_data._core.plan import Stage
 from lineage_data._core.policy import CallPolicy
+from lineage_data._core.stages import Expand
 
 __all__ = ["DEFAULT_ROWS_PER_BLOCK", "ExpandOp"]
 
@@ -36,7 +36,7 @@ class ExpandOp:
 
     def __init__(
         self,
-        stage: Stage,
+        stage: Expand,
         index: int,
         coordinator: Any,
         *,
@@ -49,7 +49,7 @@ class ExpandOp:
         self._rows_per_block = rows_per_block
         self._target_bytes = target_bytes
         self._checked: set[tuple] = set()  # key sets of children that passed check_user_row
-        self._fn = stage.bind()
+        self._fn = stage.call.bind()
         self._types = C.EstablishedTypes(coordinator, stage.name)
 
     def __call__(self, table: pa.Table) -> Iterator[pa.Table]:

@@ -17,9 +17,9 @@ from lineage_data._core.errors import AccountingError, PlanError
 from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK
 from lineage_data._core.ledger import Ledger
 from lineage_data._core.ops import build_op
-from lineage_data._core.plan import Plan
+from lineage_data._core.plan import ItemsSource, Plan
 from lineage_data._core.reduce import GroupBuffer
-from lineage_data._core.source import items_table, root_ids
+from lineage_data._core.source import items_table
 from lineage_data._core.state import LineageState, derived_counts
 from lineage_data._core.terminal import TerminalOp
 
@@ -71,10 +71,9 @@ def run_local(
     Raises:
         AccountingError: a source root did not reach exactly one terminal row.
     """
-    if plan.source.kind != "items":
+    if not isinstance(plan.source, ItemsSource):
         raise PlanError("run_local executes from_items sources only")
-    items = plan.source.payload
-    roots = plan.source.roots or root_ids(items, plan.source.id_column)
+    items, roots = plan.source.items, plan.source.roots
     keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
     state = LineageState()
     ledger = Ledger(plan.level, [roots[i] for i in keep], started_at=0.0)

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK, ExpandOp
-from lineage_data._core.plan import Kind, Plan
+from lineage_data._core.plan import Plan
 from lineage_data._core.reduce import ReduceOp
 from lineage_data._core.rowwise import RowStageOp
+from lineage_data._core.stages import Expand, Filter, MapBatches, MapRows, Reduce
 
 
 def opening_expand(plan: Plan, index: int) -> int:
     """The index of the ``expand_lineage`` that the reduce at ``index`` closes."""
     depth = 0
     for i in range(index - 1, -1, -1):
-        kind = plan.stages[i].kind
-        if kind is Kind.REDUCE:
+        stage = plan.stages[i]
+        if isinstance(stage, Reduce):
             depth += 1
-        elif kind is Kind.EXPAND:
+        elif isinstance(stage, Expand):
             if depth == 0:
                 return i
             depth -= 1
@@ -33,7 +34,7 @@ def child_producer(plan: Plan, index: int) -> str:
     level = plan.stages[index].level
     for i in range(index - 1, opening_expand(plan, index) - 1, -1):
         stage = plan.stages[i]
-        if stage.level_out == level and stage.kind is not Kind.FILTER:
+        if stage.level_out == level and not isinstance(stage, Filter):
             return stage.name
     return plan.stages[opening_expand(plan, index)].name
 
@@ -51,17 +52,24 @@ def build_op(
     A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`).
     """
     stage = plan.stages[index]
-    if stage.kind is Kind.EXPAND:
-        return ExpandOp(stage, index, coordinator, rows_per_block=rows_per_block)
-    if stage.kind is Kind.REDUCE:
-        carry = plan.stages[opening_expand(plan, index)].carry
-        if holders is None:
-            raise ValueError(f"reduce stage {stage.name!r} needs holders for its partial groups")
-        return ReduceOp(
-            stage,
-            coordinator,
-            holders=holders,
-            carry=carry,
-            children_of=child_producer(plan, index),
-        )
-    return RowStageOp(stage, index, coordinator)
+    match stage:
+        case Expand():
+            return ExpandOp(stage, index, coordinator, rows_per_block=rows_per_block)
+        case Reduce():
+            opening = plan.stages[opening_expand(plan, index)]
+            assert isinstance(opening, Expand)
+            if holders is None:
+                raise ValueError(
+                    f"reduce stage {stage.name!r} needs holders for its partial groups"
+                )
+            return ReduceOp(
+                stage,
+                coordinator,
+                holders=holders,
+                carry=opening.carry,
+                children_of=child_producer(plan, index),
+            )
+        case MapBatches() | MapRows() | Filter():
+            return RowStageOp(stage, index, coordinator)
+        case _:
+            assert_never(stage)

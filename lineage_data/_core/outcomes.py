@@ -75,6 +75,27 @@ def entering_outcomes(values: Sequence[str]) -> list[str]:
     ]
 
 
+def passed_as(final: Outcome, position: int, decided: int | None) -> Outcome:
+    """The outcome a root had at the stage at ``position``, from its final outcome.
+
+    ``decided`` is the position of the stage that decided ``final`` (None: no stage did). Before that
+    stage, and at every stage for a PRESENT root, the root passed PRESENT; at it, a DROPPED root was
+    DROPPED and any other was FAILED; after it, the outcome a FAILED or DROPPED row keeps as it enters
+    a stage (:func:`entering`).
+
+    >>> [passed_as(Outcome.SUPPRESSED, i, 1).value for i in range(3)]
+    ['PRESENT', 'FAILED', 'SUPPRESSED']
+    """
+    if decided is None or position < decided or final is Outcome.PRESENT:
+        return Outcome.PRESENT
+    at = Outcome.DROPPED if final is Outcome.DROPPED else Outcome.FAILED
+    if position == decided:
+        return at
+    kept = entering(Status(at))
+    assert kept is not None
+    return kept.outcome
+
+
 def from_value(value: object, stage: str) -> Status:
     """The status of a row whose user function returned ``value`` (a row value or a failure value).
 

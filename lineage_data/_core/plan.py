@@ -1,104 +1,75 @@
-"""The lineage plan: an immutable list of stages over one source, checked as it is built."""
+"""The lineage plan: an immutable list of typed stages over one typed source, checked as it is built."""
 
 from __future__ import annotations
 
-import enum
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from lineage_data._core.errors import PlanError
+from lineage_data._core.stages import AnyStage, Expand, Filter, Kind, MapBatches, MapRows, Reduce
 
 
-class Kind(enum.StrEnum):
-    """Stage kinds."""
-
-    EXPAND = "expand"
-    MAP = "map"  # map_batches: 1:1 over batches
-    MAP_ROWS = "map_rows"  # map: 1:1 row by row
-    FILTER = "filter"
-    REDUCE = "reduce"
-
-
-ON_ERROR = ("isolate", "raise")
-ON_CHILD_FAILURE = ("fail", "skip")
-# Ray Data's batch formats: "default" (a dict of numpy arrays, Ray's default), "numpy", "pandas",
-# "pyarrow", and None (the block as it is: an Arrow table here).
-BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
-DEFAULT_BATCH_FORMAT = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """One configured operator. ``level`` is the level of the rows it reads."""
-
-    kind: Kind
-    name: str
-    fn: Any
-    level: int
-    batch_size: int | None = None
-    batch_format: str | None = DEFAULT_BATCH_FORMAT
-    compute: Any = (
-        None  # a Ray Data ComputeStrategy (ActorPoolStrategy / TaskPoolStrategy), or None
-    )
-    concurrency: int | tuple[int, ...] | None = None  # Ray's deprecated spelling of ``compute``
-    num_cpus: float | None = None
-    num_gpus: float | None = None
-    memory: float | None = None
-    fn_args: tuple[Any, ...] = ()
-    fn_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    fn_constructor_args: tuple[Any, ...] = ()
-    fn_constructor_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    ray_remote_args: Mapping[str, Any] = field(default_factory=dict)
-    on_error: str = "isolate"
-    max_retries: int = 1
-    carry: tuple[str, ...] = ()
-    on_child_failure: str = "fail"
-
-    @property
-    def level_out(self) -> int:
-        """The level of the rows this stage emits."""
-        return self.level + {Kind.EXPAND: 1, Kind.REDUCE: -1}.get(self.kind, 0)
-
-    @property
-    def is_class(self) -> bool:
-        """True when ``fn`` is a callable class, built once per worker."""
-        return isinstance(self.fn, type)
-
-    def bind(self) -> Callable[..., Any]:
-        """The user callable, ready to call.
-
-        A class is built here (once per worker, with ``fn_constructor_args``/
-        ``fn_constructor_kwargs``); ``fn_args``/``fn_kwargs`` follow the arguments the stage passes
-        (a batch, a row, or a parent and its children), as in Ray Data.
-        """
-        fn = self.fn
-        if isinstance(fn, type):
-            fn = fn(*self.fn_constructor_args, **self.fn_constructor_kwargs)
-        if not self.fn_args and not self.fn_kwargs:
-            return fn
-        return functools.partial(_call_with, fn, tuple(self.fn_args), dict(self.fn_kwargs))
-
-
-def _call_with(fn: Callable[..., Any], args: tuple, kwargs: dict, *first: Any) -> Any:
-    return fn(*first, *args, **kwargs)
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Source:
-    """Where level-0 rows come from.
+    """Where level-0 rows come from; what every source has.
 
-    ``items`` (a list), ``ray`` (a Dataset), ``files`` (paths) or ``materialized`` (the output blocks of
-    an earlier run, kept in the Ray object store, with their lineage columns).
+    ``roots`` are the root ids when the source knows them before the run; ``columns`` the user
+    columns of its rows (None: not known). A plan shipped to workers keeps only this base part.
     """
 
-    kind: str
-    payload: Any
+    kind: ClassVar[str] = "stripped"
+
     id_column: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    roots: tuple[str, ...] | None = None  # root ids, when known before the run (items, files)
-    columns: frozenset[str] | None = None  # user columns of the source rows (None: not known)
+    roots: tuple[str, ...] | None = None
+    columns: frozenset[str] | None = None
+
+    def stripped(self) -> Source:
+        """This source without its rows or root ids: what stage workers need (small)."""
+        return Source(id_column=self.id_column, columns=self.columns)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemsSource(Source):
+    """``from_items``: the rows themselves, their roots computed (and checked) up front."""
+
+    kind: ClassVar[str] = "items"
+
+    items: tuple[dict[str, Any], ...]
+    roots: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaySource(Source):
+    """``from_ray``: a Ray Dataset; its roots are learned block by block as it is read."""
+
+    kind: ClassVar[str] = "ray"
+
+    dataset: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilesSource(Source):
+    """``read_files``: files listed on the driver (``(uri, size)`` each), read by Ray tasks."""
+
+    kind: ClassVar[str] = "files"
+
+    reader: (
+        Any  # lineage_data._ray.datasource.FileSource: the filesystem and the columns to produce
+    )
+    files: tuple[tuple[str, int], ...]
+    files_per_task: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaterializedSource(Source):
+    """The output blocks of an earlier run, kept in the Ray object store with their lineage columns."""
+
+    kind: ClassVar[str] = "materialized"
+
+    refs: tuple[Any, ...]
+    level: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +77,7 @@ class Plan:
     """A source and the stages after it."""
 
     source: Source
-    stages: tuple[Stage, ...] = ()
+    stages: tuple[AnyStage, ...] = ()
     exclude: frozenset[str] = frozenset()
     only: frozenset[str] | None = None  # a repair pass: run just these roots
     max_repair_attempts: int = 2
@@ -126,7 +97,7 @@ class Plan:
         """
         columns = self.source.columns
         for stage in self.stages:
-            if stage.kind is not Kind.FILTER:
+            if not isinstance(stage, Filter):
                 columns = None
         return columns
 
@@ -135,17 +106,12 @@ class Plan:
         return tuple(
             s.name
             for s in self.stages
-            if s.level == 0 and s.kind in (Kind.MAP, Kind.MAP_ROWS, Kind.FILTER)
+            if s.level == 0 and isinstance(s, MapBatches | MapRows | Filter)
         )
 
     def for_workers(self) -> Plan:
-        """This plan without its source payload and root sets: what stage workers need (small)."""
-        return replace(
-            self,
-            source=replace(self.source, payload=None, roots=None),
-            exclude=frozenset(),
-            only=None,
-        )
+        """This plan without its source rows and root sets: what stage workers need (small)."""
+        return replace(self, source=self.source.stripped(), exclude=frozenset(), only=None)
 
     def keeps(self, root: str) -> bool:
         """True when this plan runs ``root`` (not excluded, and in ``only`` if that is set)."""
@@ -167,26 +133,26 @@ class Plan:
         """This plan run for ``roots`` only (a repair pass)."""
         return replace(self, only=roots)
 
-    def then(self, stage: Stage) -> Plan:
-        """This plan with one more stage, checked now."""
+    def then(self, stage: AnyStage) -> Plan:
+        """This plan with one more stage (its own options were checked when it was built)."""
         if stage.level != self.level:
             raise PlanError(
                 f"stage {stage.name!r} reads level {stage.level}, the plan is at {self.level}"
             )
-        if stage.kind is Kind.REDUCE and self.level == 0:
+        if isinstance(stage, Reduce) and self.level == 0:
             raise PlanError(
                 f"reduce_lineage {stage.name!r}: no open level to reduce (call expand_lineage first)"
             )
         if any(s.name == stage.name for s in self.stages):
             raise PlanError(f"stage name {stage.name!r} is used twice; names must be unique")
         known = self.columns
-        missing = [c for c in stage.carry if known is not None and c not in known]
-        if missing:
-            raise PlanError(
-                f"expand_lineage {stage.name!r}: carry column(s) {missing} are not in the rows it "
-                f"reads (columns: {sorted(known or ())})"
-            )
-        _check_options(stage)
+        if isinstance(stage, Expand) and known is not None:
+            missing = [c for c in stage.carry if c not in known]
+            if missing:
+                raise PlanError(
+                    f"expand_lineage {stage.name!r}: carry column(s) {missing} are not in the rows "
+                    f"it reads (columns: {sorted(known)})"
+                )
         return replace(self, stages=(*self.stages, stage))
 
     def unique_name(self, fn: Any, kind: Kind | str) -> str:
@@ -220,97 +186,9 @@ class Plan:
             lines.append(f"  limit: the first {self.limit} root(s)")
         for i, stage in enumerate(self.stages):
             indent = "  " * (min(stage.level, stage.level_out) + 1)
-            lines.append(f"{indent}[{i}] {stage.kind.value} {stage.name!r}: {_describe(stage)}")
+            lines.append(f"{indent}[{i}] {stage.kind.value} {stage.name!r}: {stage.describe()}")
         if self.level:
             lines.append(
                 f"open levels at the end: {self.level} (rows are level-{self.level} entities)"
             )
         return "\n".join(lines)
-
-
-def _describe(stage: Stage) -> str:
-    parts = [f"level {stage.level} -> {stage.level_out}"]
-    for key in ("batch_size", "compute", "concurrency", "num_cpus", "num_gpus", "memory"):
-        value = getattr(stage, key)
-        if value is not None:
-            parts.append(f"{key}={_strategy(value) if key == 'compute' else value}")
-    if stage.kind in (Kind.MAP, Kind.MAP_ROWS):
-        parts.append(f"on_error={stage.on_error}")
-    if stage.carry:
-        parts.append(f"carry={list(stage.carry)}")
-    if stage.kind is Kind.REDUCE:
-        parts.append(f"on_child_failure={stage.on_child_failure}")
-    return ", ".join(parts)
-
-
-def _strategy(compute: Any) -> str:
-    """A compute strategy as text (Ray's strategies have no readable repr)."""
-    fields = ("size", "min_size", "max_size", "initial_size")
-    args = [f"{k}={getattr(compute, k)}" for k in fields if getattr(compute, k, None) is not None]
-    return f"{type(compute).__name__}({', '.join(args)})"
-
-
-def _check_compute(stage: Stage) -> None:
-    """Ray Data's rules for ``compute``/``concurrency``, checked when the stage is added (no Ray)."""
-    where = f"stage {stage.name!r}"
-    kind = type(stage.compute).__name__ if stage.compute is not None else None
-    if kind not in (None, "ActorPoolStrategy", "TaskPoolStrategy"):
-        raise PlanError(
-            f"{where}: compute must be a ray.data.ActorPoolStrategy or TaskPoolStrategy, got "
-            f"{stage.compute!r}"
-        )
-    if stage.fn is None:
-        return
-    if stage.is_class and kind == "TaskPoolStrategy":
-        raise PlanError(
-            f"{where}: a callable class cannot run with TaskPoolStrategy (as in Ray Data); pass "
-            "compute=ray.data.ActorPoolStrategy(...) or no compute"
-        )
-    if not stage.is_class and kind == "ActorPoolStrategy":
-        raise PlanError(
-            f"{where}: a function cannot run with ActorPoolStrategy (as in Ray Data); pass "
-            "compute=ray.data.TaskPoolStrategy(...) or make fn a callable class"
-        )
-    if not stage.is_class and (stage.fn_constructor_args or stage.fn_constructor_kwargs):
-        raise PlanError(f"{where}: fn_constructor_args/kwargs need a callable class as fn")
-    c = stage.concurrency
-    if c is None:
-        return
-    if isinstance(c, tuple):
-        if len(c) not in (2, 3) or not all(isinstance(v, int) for v in c):
-            raise PlanError(
-                f"{where}: concurrency must be an int or a tuple of 2 or 3 ints, got {c}"
-            )
-        if not stage.is_class:
-            raise PlanError(
-                f"{where}: concurrency is a tuple but fn is not a callable class (use concurrency=n "
-                "for at most n tasks)"
-            )
-    elif not isinstance(c, int) or isinstance(c, bool) or c < 1:
-        raise PlanError(f"{where}: concurrency must be a positive int or a tuple, got {c!r}")
-
-
-def _check_options(stage: Stage) -> None:
-    if stage.on_error not in ON_ERROR:
-        raise PlanError(
-            f"stage {stage.name!r}: on_error must be one of {ON_ERROR}, got {stage.on_error!r}"
-        )
-    if stage.on_child_failure not in ON_CHILD_FAILURE:
-        raise PlanError(
-            f"stage {stage.name!r}: on_child_failure must be one of {ON_CHILD_FAILURE}, "
-            f"got {stage.on_child_failure!r}"
-        )
-    if stage.batch_format not in BATCH_FORMATS:
-        raise PlanError(
-            f"stage {stage.name!r}: batch_format must be one of {BATCH_FORMATS}, got "
-            f"{stage.batch_format!r}"
-        )
-    if stage.batch_size is not None and stage.batch_size < 1:
-        raise PlanError(f"stage {stage.name!r}: batch_size must be >= 1, got {stage.batch_size}")
-    if stage.max_retries < 0:
-        raise PlanError(f"stage {stage.name!r}: max_retries must be >= 0")
-    if stage.fn is None and stage.kind is not Kind.REDUCE:
-        raise PlanError(f"stage {stage.name!r}: fn is required")
-    if stage.fn is not None and not callable(stage.fn):
-        raise PlanError(f"stage {stage.name!r}: fn must be callable, got {type(stage.fn).__name__}")
-    _check_compute(stage)

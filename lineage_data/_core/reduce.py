@@ -16,8 +16,8 @@ from lineage_data._core import outcomes
 from lineage_data._core.errors import ContractError, FencingError, describe
 from lineage_data._core.failures import is_failure
 from lineage_data._core.outcomes import Outcome, Status
-from lineage_data._core.plan import Stage
 from lineage_data._core.policy import CallPolicy
+from lineage_data._core.stages import Reduce
 
 GroupKey = tuple[str, tuple[int, ...]]
 
@@ -147,7 +147,7 @@ class ReduceOp:
 
     def __init__(
         self,
-        stage: Stage,
+        stage: Reduce,
         coordinator: Any,
         *,
         holders: Any,
@@ -158,7 +158,9 @@ class ReduceOp:
         self._coordinator = coordinator
         self._holders = holders
         self._carry = tuple(carry)
-        self._fn: Callable[..., Any] | None = stage.bind() if stage.fn is not None else None
+        self._fn: Callable[..., Any] | None = (
+            stage.call.bind() if stage.call.fn is not None else None
+        )
         self._policy = CallPolicy(stage.name, stage.on_error)
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._children_of = children_of  # the stage whose columns the children carry

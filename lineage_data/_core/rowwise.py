@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.outcomes import Outcome, Status
-from lineage_data._core.plan import Kind, Stage
+from lineage_data._core.stages import Filter, MapBatches, MapRows
 from lineage_data._core.state import Verdict
 from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller
 
@@ -25,7 +25,7 @@ class RowStageOp:
     after it (new barriers, fencing, counts).
     """
 
-    def __init__(self, stage: Stage, index: int, coordinator: Any) -> None:
+    def __init__(self, stage: MapBatches | MapRows | Filter, index: int, coordinator: Any) -> None:
         self._stage = stage
         self._index = index
         self._coordinator = coordinator
@@ -34,8 +34,8 @@ class RowStageOp:
         # terminal record; the stage's counts are derived from the terminal rows.
         self._fenced = stage.level > 0
         self._types = C.EstablishedTypes(coordinator, stage.name)
-        fn = stage.bind()
-        if stage.kind is Kind.MAP:
+        fn = stage.call.bind()
+        if isinstance(stage, MapBatches):
             self._call: BatchCaller | RowCaller = BatchCaller(
                 fn,
                 stage=stage.name,
@@ -48,7 +48,7 @@ class RowStageOp:
                 fn,
                 stage=stage.name,
                 on_error=stage.on_error,
-                predicate=stage.kind is Kind.FILTER,
+                predicate=isinstance(stage, Filter),
             )
 
     def __call__(self, table: pa.Table) -> pa.Table:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from lineage_data._core.errors import DuplicateRootError, FencingError
 from lineage_data._core.ledger import TerminalRows
+from lineage_data._core.outcomes import Outcome, passed_as
 from lineage_data._core.roots import RootIndex
 
 Path = tuple[int, ...]
@@ -294,11 +295,10 @@ def derived_counts(
 ) -> dict[str, dict[str, int]]:
     """Counts of source-level 1:1 stages (``derived``), which report nothing, from the terminal rows.
 
-    ``terminal`` maps each root to ``(outcome, cause, stage, ...)`` as the consumer received it. A root
-    that ended PRESENT, or failed at a later stage, passed a stage PRESENT; at the stage that decided
-    it, it was FAILED or DROPPED; after it, SUPPRESSED or DROPPED. Only the number of roots per
-    ``(outcome, stage)`` matters, so a ledger's :class:`~lineage_data._core.ledger.TerminalRows` is
-    counted without a loop over its roots.
+    ``terminal`` maps each root to ``(outcome, cause, stage, ...)`` as the consumer received it; what
+    it was at each stage is :func:`~lineage_data._core.outcomes.passed_as`. Only the number of roots
+    per ``(outcome, stage)`` matters, so a ledger's :class:`~lineage_data._core.ledger.TerminalRows`
+    is counted without a loop over its roots.
     """
     if isinstance(terminal, TerminalRows):
         ended = terminal.outcome_stage_counts()
@@ -309,11 +309,5 @@ def derived_counts(
     for (outcome, stage), n in ended.items():
         decided = order.get(stage, -1) if stage is not None else None
         for name in derived:
-            here = order[name]
-            if decided is None or here < decided or outcome == "PRESENT":
-                counts[name]["PRESENT"] += n
-            elif here == decided:
-                counts[name]["DROPPED" if outcome == "DROPPED" else "FAILED"] += n
-            else:
-                counts[name]["DROPPED" if outcome == "DROPPED" else "SUPPRESSED"] += n
+            counts[name][passed_as(Outcome(outcome), order[name], decided).value] += n
     return {name: dict(c) for name, c in counts.items()}

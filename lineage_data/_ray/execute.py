@@ -24,7 +24,8 @@ import ray.exceptions
 from lineage_data._core import columns as C
 from lineage_data._core.errors import AccountingError, ExecutionError, LineageError, UserCodeError
 from lineage_data._core.ledger import Ledger
-from lineage_data._core.plan import Kind, Plan
+from lineage_data._core.plan import Plan, RaySource
+from lineage_data._core.stages import Reduce
 from lineage_data._core.state import derived_counts
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import start_coordinator
@@ -109,7 +110,7 @@ class _Pass:
         supervisor.watch(self.client.helper, create)
         self.holders: dict[int, HolderSet] = {}
         for i, stage in enumerate(plan.stages):
-            if stage.kind is Kind.REDUCE:
+            if isinstance(stage, Reduce):
                 holders, started = HolderSet.start(run_id, stage.name)
                 self.holders[i] = holders
                 for helper, recreate in started:
@@ -145,7 +146,7 @@ class Execution:
         self._on_report = on_report
         self._started = time.time()
         self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
-        self._from_ray = plan.source.kind == "ray"
+        self._from_ray = isinstance(plan.source, RaySource)
         self._supervisor = Supervisor()
         self._supervisor.chore(self._chores)
         self._pass = _Pass(plan, self._supervisor)
@@ -425,15 +426,7 @@ def detached_dataset(plan: Plan) -> Any:
 
 def _known_roots(plan: Plan) -> list[str]:
     """The roots a plan's source names before it runs (none for a Ray Dataset source)."""
-    src = plan.source
-    if src.kind == "items":
-        roots = list(src.roots or ())
-    elif src.kind == "files":
-        roots = [uri for uri, _ in src.payload[1]]
-    elif src.kind == "materialized":
-        roots = list(src.roots or ())
-    else:
-        return []
+    roots = plan.source.roots or ()
     return [roots[i] for i in plan.select(roots)]
 
 

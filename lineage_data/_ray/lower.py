@@ -16,8 +16,9 @@ from ray.data._internal.util import get_compute_strategy
 from lineage_data._core import columns as C
 from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.ops import build_op
-from lineage_data._core.plan import Kind, Plan, Stage
+from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import content_ids, items_table, root_ids, with_lineage
+from lineage_data._core.stages import AnyStage, Expand, MapBatches
 from lineage_data._core.terminal import TerminalOp
 
 # Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
@@ -53,7 +54,7 @@ class _Step:
         if not self.terminal:
             return op
         end = TerminalOp(self.plan.level)
-        if self.plan.stages[self.index].kind is Kind.EXPAND:
+        if isinstance(self.plan.stages[self.index], Expand):
             return lambda batch: (end(block) for block in op(batch))
         return lambda batch: end(op(batch))
 
@@ -130,18 +131,19 @@ def _task_fn(shipped: _Shipped, generator: bool) -> Any:
     return fn
 
 
-def compute_strategy(stage: Stage) -> Any:
+def compute_strategy(stage: AnyStage) -> Any:
     """The strategy Ray Data itself would choose for the user's ``fn`` and arguments.
 
     Ray's own rule (``ray.data._internal.util.get_compute_strategy``): ``compute`` as given, else
     ``concurrency`` (an int: tasks for a function, a fixed actor pool for a class; a tuple: an
     autoscaling pool), else tasks for a function and an autoscaling actor pool for a class.
     """
+    call, compute = stage.call, stage.compute
     return get_compute_strategy(
-        stage.fn if stage.fn is not None else _no_fn,
-        fn_constructor_args=stage.fn_constructor_args or None,
-        compute=stage.compute,
-        concurrency=stage.concurrency,  # type: ignore[arg-type]
+        call.fn if call.fn is not None else _no_fn,
+        fn_constructor_args=call.constructor_args or None,
+        compute=compute.strategy,
+        concurrency=compute.concurrency,  # type: ignore[arg-type]
     )
 
 
@@ -149,38 +151,16 @@ def _no_fn(batch: Any) -> Any:  # a reduce without fn runs as a function does
     return batch
 
 
-# Ray's named remote parameters of map_batches (passing them by name triggers no deprecation).
-_NAMED_REMOTE = (
-    "label_selector",
-    "fallback_strategy",
-    "max_calls",
-    "resources",
-    "accelerator_type",
-    "runtime_env",
-    "ray_remote_args_fn",
-)
-
-
-def remote_args(stage: Stage) -> dict[str, Any]:
-    """The stage's resources as ``map_batches`` keyword arguments (Ray's named ones by name)."""
-    args: dict[str, Any] = dict(stage.ray_remote_args)
-    for key in ("num_cpus", "num_gpus", "memory"):
-        value = getattr(stage, key)
-        if value is not None:
-            args[key] = value
-    return args
-
-
 def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped) -> Any:
     """Append one stage to ``ds``: the user's strategy and resources, our operator inside."""
     stage = step.plan.stages[step.index]
-    generator = stage.kind is Kind.EXPAND
+    generator = isinstance(stage, Expand)
     compute = compute_strategy(stage)
     actors = isinstance(compute, ActorPoolStrategy)
     fn = _actor_class(shipped, generator) if actors else _task_fn(shipped, generator)
     # A reduce takes whole blocks: each reduces the parents its block completes; partial groups
     # wait in the stage's hash-partitioned holder actors.
-    batch_size = None if stage.kind is Kind.REDUCE else stage.batch_size
+    batch_size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
     # Ray's public map_batches refuses GPUs without a batch size; Ray's own row verbs (map, filter,
     # flat_map) go through map_batches_internal, which does not. map_batches checked it at plan time.
     ds = ds.map_batches_internal(
@@ -189,7 +169,7 @@ def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped) -> Any:
         batch_size=batch_size,
         compute=compute,
         zero_copy_batch=True,
-        **remote_args(stage),
+        **stage.compute.resources(),
     )
     if generator:
         # Ray merges a task's yielded batches into one block; this split is fused into the same task
@@ -205,66 +185,71 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
     them. A Ray Dataset source registers the ids of each block with ``client`` as it reads them,
     idempotently per block (a retried source task registers the same block again).
     """
-    src = plan.source
-    if src.kind == "items":
-        items = src.payload
-        roots = list(src.roots or ())  # from_items computed them (and checked them) up front
-        keep = plan.select(roots)
-        if len(keep) != len(roots):
-            items, roots = [items[i] for i in keep], [roots[i] for i in keep]
-        table = items_table(list(items), list(roots))
-        per_block = max(1, -(-table.num_rows // MAX_SOURCE_BLOCKS))
-        tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
-        return ray.data.from_arrow(tables or [C.empty()])
-    if src.kind == "files":
-        from lineage_data._ray.datasource import FileDatasource
+    match plan.source:
+        case ItemsSource() as src:
+            return _items_dataset(plan, src)
+        case FilesSource() as src:
+            from lineage_data._ray.datasource import FileDatasource
 
-        fs, files = src.payload
-        chosen = plan.select([uri for uri, _ in files])
-        files = [files[i] for i in chosen]
-        per_task = int(src.options.get("files_per_task", 1))
-        return ray.data.read_datasource(FileDatasource(fs, files, files_per_task=per_task))
-    if src.kind == "ray":
-        id_column, exclude, only = src.id_column, plan.exclude, plan.only
-        client = client.for_stage("from_ray")
-
-        def inject_roots(batch: pa.Table) -> pa.Table:
-            if id_column is None:
-                ids = content_ids(batch)
-            else:
-                # from_items' rule: a row with no id (None, or no id column at all) is a PlanError
-                names = batch.column_names
-                values = batch[id_column].to_pylist() if id_column in names else [None] * len(batch)
-                ids = root_ids([{id_column: v} for v in values], id_column)
-            digest = hashlib.sha1("\x00".join(ids).encode()).hexdigest()
-            client.register_roots(ids, digest)
-            table = with_lineage(batch, ids)
-            if exclude or only is not None:
-                keep = [
-                    i for i, r in enumerate(ids) if r not in exclude and (only is None or r in only)
-                ]
-                table = table.take(keep)
-            return table
-
-        source = src.payload if plan.limit is None else src.payload.limit(plan.limit)
-        return source.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)
-    if src.kind == "materialized":
-        refs = list(src.payload)
-        if plan.exclude or plan.only is not None or plan.limit is not None:
-            known = list(src.roots or ())
-            wanted = {known[i] for i in plan.select(known)}
-
-            def keep_roots(batch: pa.Table) -> pa.Table:
-                mask = [r in wanted for r in batch[C.ROOT].to_pylist()]
-                return C.as_roots(batch.filter(pa.array(mask, pa.bool_())))
-
-            return ray.data.from_arrow_refs(refs).map_batches(
-                keep_roots, batch_format="pyarrow", batch_size=None
+            files = [src.files[i] for i in plan.select(src.roots or ())]
+            return ray.data.read_datasource(
+                FileDatasource(src.reader, files, files_per_task=src.files_per_task)
             )
-        return ray.data.from_arrow_refs(refs).map_batches(
-            C.as_roots, batch_format="pyarrow", batch_size=None
-        )
-    raise ValueError(f"unknown source kind {src.kind!r}")
+        case RaySource() as src:
+            return _ray_dataset(plan, src, client.for_stage("from_ray"))
+        case MaterializedSource() as src:
+            return _materialized_dataset(plan, src)
+    raise ValueError(f"unknown source {plan.source!r}")
+
+
+def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
+    items, roots = src.items, src.roots  # from_items computed the roots (and checked them) up front
+    keep = plan.select(roots)
+    if len(keep) != len(roots):
+        items, roots = tuple(items[i] for i in keep), tuple(roots[i] for i in keep)
+    table = items_table(list(items), list(roots))
+    per_block = max(1, -(-table.num_rows // MAX_SOURCE_BLOCKS))
+    tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
+    return ray.data.from_arrow(tables or [C.empty()])
+
+
+def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
+    id_column, exclude, only = src.id_column, plan.exclude, plan.only
+
+    def inject_roots(batch: pa.Table) -> pa.Table:
+        if id_column is None:
+            ids = content_ids(batch)
+        else:
+            # from_items' rule: a row with no id (None, or no id column at all) is a PlanError
+            names = batch.column_names
+            values = batch[id_column].to_pylist() if id_column in names else [None] * len(batch)
+            ids = root_ids([{id_column: v} for v in values], id_column)
+        digest = hashlib.sha1("\x00".join(ids).encode()).hexdigest()
+        client.register_roots(ids, digest)
+        table = with_lineage(batch, ids)
+        if exclude or only is not None:
+            keep = [
+                i for i, r in enumerate(ids) if r not in exclude and (only is None or r in only)
+            ]
+            table = table.take(keep)
+        return table
+
+    source = src.dataset if plan.limit is None else src.dataset.limit(plan.limit)
+    return source.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)
+
+
+def _materialized_dataset(plan: Plan, src: MaterializedSource) -> ray.data.Dataset:
+    ds = ray.data.from_arrow_refs(list(src.refs))
+    if not (plan.exclude or plan.only is not None or plan.limit is not None):
+        return ds.map_batches(C.as_roots, batch_format="pyarrow", batch_size=None)
+    known = list(src.roots or ())
+    wanted = {known[i] for i in plan.select(known)}
+
+    def keep_roots(batch: pa.Table) -> pa.Table:
+        mask = [r in wanted for r in batch[C.ROOT].to_pylist()]
+        return C.as_roots(batch.filter(pa.array(mask, pa.bool_())))
+
+    return ds.map_batches(keep_roots, batch_format="pyarrow", batch_size=None)
 
 
 def lower(

@@ -175,6 +175,23 @@ def test_strategy_errors_follow_ray_and_are_plan_errors():
         ld.from_items(ITEMS).map_batches(times, batch_format="arrow")
 
 
+def test_filter_takes_a_ray_expression_like_ray():
+    from ray.data.expressions import col
+
+    predicate = (col("x") > 3) & (col("x") % 2 == 0)
+    ours = ld.from_items(ITEMS).filter(expr=predicate)
+    plain = ray.data.from_items(ITEMS).filter(expr=predicate)
+    assert user_rows(ours.take_all(keep_lineage=False)) == user_rows(plain.take_all())
+    rows = ld.from_items(DOCS, id_column="doc").filter(expr=col("n") > 2).take_all()
+    assert {r["_lineage_root"]: r["_lineage_outcome"] for r in rows} == {
+        d["doc"]: "PRESENT" if d["n"] > 2 else "DROPPED" for d in DOCS
+    }
+    with pytest.raises(ld.PlanError, match="exactly one of fn and expr"):
+        ld.from_items(ITEMS).filter(lambda r: True, expr=predicate)
+    with pytest.raises(ld.PlanError, match="need fn, not expr"):
+        ld.from_items(ITEMS).filter(expr=predicate, fn_kwargs={"k": 1})
+
+
 def test_reduce_lineage_takes_a_callable_class_with_resources():
     class Join:
         def __init__(self, sep):

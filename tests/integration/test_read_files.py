@@ -21,7 +21,7 @@ def tree(tmp_path):
 
 
 def names(ds):
-    return [uri.rsplit("/", 1)[-1] for uri, _ in ds.plan.source.payload[1]]
+    return [uri.rsplit("/", 1)[-1] for uri, _ in ds.plan.source.files]
 
 
 def user_rows(ds):

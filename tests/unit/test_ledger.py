@@ -42,7 +42,7 @@ def open_rows(plan):
     from lineage_data._core.state import LineageState
 
     state = LineageState()
-    table = with_lineage(pa.Table.from_pylist(list(plan.source.payload)), list(plan.source.roots))
+    table = with_lineage(pa.Table.from_pylist(list(plan.source.items)), list(plan.source.roots))
     tables = [table]
     for index in range(len(plan.stages)):
         op = build_op(plan, index, state, rows_per_block=3, holders=GroupBuffer())

@@ -1,0 +1,363 @@
+"""The stage types: one per verb, each with its own typed options, checked when it is built.
+
+What every stage shares lives in two small objects: :class:`UserFn` (the user's callable and the
+arguments Ray Data passes to it) and :class:`Compute` (where it runs: Ray's compute strategy and
+resources). Adding an option to one verb touches that verb's class; adding a kind adds a class and a
+case wherever a ``match`` over :data:`AnyStage` must handle it.
+
+Example:
+    >>> stage = MapBatches(name="ocr", level=1, call=UserFn(len), batch_size=32)
+    >>> stage.level_out, stage.describe()
+    (1, 'level 1 -> 1, batch_size=32, on_error=isolate')
+    >>> MapBatches(name="ocr", level=1, call=UserFn(len), batch_format="arrow")
+    Traceback (most recent call last):
+    ...
+    lineage_data._core.errors.PlanError: stage 'ocr': batch_format must be one of ('default', \
+'numpy', 'pandas', 'pyarrow', None), got 'arrow'
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypedDict, get_args
+
+from lineage_data._core.errors import PlanError
+
+
+class Kind(enum.StrEnum):
+    """Stage kinds (the text ``explain()`` shows and default names use)."""
+
+    EXPAND = "expand"
+    MAP = "map"  # map_batches: 1:1 over batches
+    MAP_ROWS = "map_rows"  # map: 1:1 row by row
+    FILTER = "filter"
+    REDUCE = "reduce"
+
+
+OnError = Literal["isolate", "raise"]
+OnChildFailure = Literal["fail", "skip"]
+# Ray Data's batch formats: "default" (a dict of numpy arrays, Ray's default), "numpy", "pandas",
+# "pyarrow", and None (the block as it is: an Arrow table here).
+BatchFormat = Literal["default", "numpy", "pandas", "pyarrow"] | None
+
+ON_ERROR: tuple[str, ...] = get_args(OnError)
+ON_CHILD_FAILURE: tuple[str, ...] = get_args(OnChildFailure)
+BATCH_FORMATS: tuple[str | None, ...] = (*get_args(get_args(BatchFormat)[0]), None)
+DEFAULT_BATCH_FORMAT: BatchFormat = "default"
+
+
+class RayOptions(TypedDict, total=False):
+    """Ray Data 2.60's arguments that every stage verb takes, with Ray's meaning and defaults.
+
+    How the user function is called (``fn_args``, ``fn_kwargs``, ``fn_constructor_args``,
+    ``fn_constructor_kwargs``) and where it runs (``compute``, its older spelling ``concurrency``,
+    ``num_cpus``, ``num_gpus``, ``memory``, and Ray's other remote arguments such as ``resources``,
+    ``accelerator_type``, ``runtime_env``, ``label_selector``, ``max_calls``, passed on as given).
+    """
+
+    compute: Any
+    concurrency: int | tuple[int, ...] | None
+    fn_args: Iterable[Any] | None
+    fn_kwargs: Mapping[str, Any] | None
+    fn_constructor_args: Iterable[Any] | None
+    fn_constructor_kwargs: Mapping[str, Any] | None
+    num_cpus: float | None
+    num_gpus: float | None
+    memory: float | None
+    resources: Mapping[str, float] | None
+    accelerator_type: str | None
+    runtime_env: Mapping[str, Any] | None
+    label_selector: Mapping[str, str] | None
+    fallback_strategy: Any
+    max_calls: int | None
+    ray_remote_args_fn: Callable[[], dict[str, Any]] | None
+    scheduling_strategy: Any
+
+
+def from_options(fn: Any, options: Mapping[str, Any]) -> tuple[UserFn, Compute]:
+    """Ray Data's verb arguments (:class:`RayOptions`) split into the call and where it runs."""
+    rest = dict(options)
+    call = UserFn(
+        fn,
+        args=tuple(rest.pop("fn_args", None) or ()),
+        kwargs=dict(rest.pop("fn_kwargs", None) or {}),
+        constructor_args=tuple(rest.pop("fn_constructor_args", None) or ()),
+        constructor_kwargs=dict(rest.pop("fn_constructor_kwargs", None) or {}),
+    )
+    compute = Compute(
+        strategy=rest.pop("compute", None),
+        concurrency=rest.pop("concurrency", None),
+        num_cpus=rest.pop("num_cpus", None),
+        num_gpus=rest.pop("num_gpus", None),
+        memory=rest.pop("memory", None),
+        ray_remote_args={k: v for k, v in rest.items() if v is not None},
+    )
+    return call, compute
+
+
+def _one_of(where: str, option: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    if value not in allowed:
+        raise PlanError(f"{where}: {option} must be one of {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class UserFn:
+    """The user's callable and the arguments it gets, as in Ray Data.
+
+    ``args``/``kwargs`` follow the arguments the stage passes (a batch, a row, or a parent and its
+    children); a callable class is built once per worker with ``constructor_args``/
+    ``constructor_kwargs``.
+    """
+
+    fn: Any
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    constructor_args: tuple[Any, ...] = ()
+    constructor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_class(self) -> bool:
+        """True when ``fn`` is a callable class, built once per worker."""
+        return isinstance(self.fn, type)
+
+    def bind(self) -> Callable[..., Any]:
+        """The user callable, ready to call (a class is built here)."""
+        fn = self.fn
+        if isinstance(fn, type):
+            fn = fn(*self.constructor_args, **self.constructor_kwargs)
+        if not self.args and not self.kwargs:
+            return fn
+        return functools.partial(_call_with, fn, tuple(self.args), dict(self.kwargs))
+
+    def check(self, where: str) -> None:
+        """Raise :class:`PlanError` when ``fn`` is not callable or the arguments do not fit it."""
+        if self.fn is not None and not callable(self.fn):
+            raise PlanError(f"{where}: fn must be callable, got {type(self.fn).__name__}")
+        if not self.is_class and (self.constructor_args or self.constructor_kwargs):
+            raise PlanError(f"{where}: fn_constructor_args/kwargs need a callable class as fn")
+
+
+def _call_with(fn: Callable[..., Any], args: tuple, kwargs: dict, *first: Any) -> Any:
+    return fn(*first, *args, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Where a stage runs: Ray Data's ``compute`` strategy (or its ``concurrency`` spelling) and resources.
+
+    ``strategy`` is a ``ray.data.ActorPoolStrategy`` / ``TaskPoolStrategy`` or None (Ray's default for
+    the callable); ``ray_remote_args`` are Ray's other remote arguments, passed on as given.
+    """
+
+    strategy: Any = None
+    concurrency: int | tuple[int, ...] | None = None
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    memory: float | None = None
+    ray_remote_args: Mapping[str, Any] = field(default_factory=dict)
+
+    def resources(self) -> dict[str, Any]:
+        """Ray's remote arguments for the stage's workers (the named resources when given)."""
+        args = dict(self.ray_remote_args)
+        for key, value in (
+            ("num_cpus", self.num_cpus),
+            ("num_gpus", self.num_gpus),
+            ("memory", self.memory),
+        ):
+            if value is not None:
+                args[key] = value
+        return args
+
+    def describe(self) -> list[str]:
+        """The options that were given, as ``key=value`` text."""
+        given = (
+            ("compute", None if self.strategy is None else _strategy(self.strategy)),
+            ("concurrency", self.concurrency),
+            ("num_cpus", self.num_cpus),
+            ("num_gpus", self.num_gpus),
+            ("memory", self.memory),
+        )
+        return [f"{key}={value}" for key, value in given if value is not None]
+
+    def check(self, where: str, call: UserFn) -> None:
+        """Ray Data's rules for ``compute``/``concurrency`` with this callable (no Ray needed)."""
+        kind = type(self.strategy).__name__ if self.strategy is not None else None
+        if kind not in (None, "ActorPoolStrategy", "TaskPoolStrategy"):
+            raise PlanError(
+                f"{where}: compute must be a ray.data.ActorPoolStrategy or TaskPoolStrategy, got "
+                f"{self.strategy!r}"
+            )
+        if call.fn is None:
+            return
+        if call.is_class and kind == "TaskPoolStrategy":
+            raise PlanError(
+                f"{where}: a callable class cannot run with TaskPoolStrategy (as in Ray Data); pass "
+                "compute=ray.data.ActorPoolStrategy(...) or no compute"
+            )
+        if not call.is_class and kind == "ActorPoolStrategy":
+            raise PlanError(
+                f"{where}: a function cannot run with ActorPoolStrategy (as in Ray Data); pass "
+                "compute=ray.data.TaskPoolStrategy(...) or make fn a callable class"
+            )
+        c = self.concurrency
+        if c is None:
+            return
+        if isinstance(c, tuple):
+            if len(c) not in (2, 3) or not all(isinstance(v, int) for v in c):
+                raise PlanError(
+                    f"{where}: concurrency must be an int or a tuple of 2 or 3 ints, got {c}"
+                )
+            if not call.is_class:
+                raise PlanError(
+                    f"{where}: concurrency is a tuple but fn is not a callable class (use "
+                    "concurrency=n for at most n tasks)"
+                )
+        elif not isinstance(c, int) or isinstance(c, bool) or c < 1:
+            raise PlanError(f"{where}: concurrency must be a positive int or a tuple, got {c!r}")
+
+
+def _strategy(compute: Any) -> str:
+    """A compute strategy as text (Ray's strategies have no readable repr)."""
+    fields = ("size", "min_size", "max_size", "initial_size")
+    args = [f"{k}={getattr(compute, k)}" for k in fields if getattr(compute, k, None) is not None]
+    return f"{type(compute).__name__}({', '.join(args)})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stage:
+    """What every stage has. ``level`` is the level of the rows it reads."""
+
+    kind: ClassVar[Kind]
+    opens: ClassVar[int] = 0  # +1: the stage opens a level, -1: it closes one
+
+    name: str
+    level: int
+    call: UserFn
+    compute: Compute = field(default_factory=Compute)
+    on_error: OnError = "isolate"
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @property
+    def level_out(self) -> int:
+        """The level of the rows this stage emits."""
+        return self.level + self.opens
+
+    @property
+    def where(self) -> str:
+        """How messages name this stage."""
+        return f"stage {self.name!r}"
+
+    def check(self) -> None:
+        """Raise :class:`PlanError` for options that cannot work (run when the stage is built)."""
+        _one_of(self.where, "on_error", self.on_error, ON_ERROR)
+        if self.call.fn is None:
+            raise PlanError(f"{self.where}: fn is required")
+        self.call.check(self.where)
+        self.compute.check(self.where, self.call)
+
+    def describe(self) -> str:
+        """The stage's options as one line of text (for ``explain()``)."""
+        return ", ".join([f"level {self.level} -> {self.level_out}", *self._options()])
+
+    def _options(self) -> list[str]:
+        return self.compute.describe()
+
+
+def _check_batch_size(stage: Expand | MapBatches) -> None:
+    if stage.batch_size is not None and stage.batch_size < 1:
+        raise PlanError(f"{stage.where}: batch_size must be >= 1, got {stage.batch_size}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expand(Stage):
+    """``expand_lineage``: each PRESENT row becomes its ordered children (one level down).
+
+    ``carry`` names parent columns copied to every child and given back at the reduce.
+    """
+
+    kind: ClassVar[Kind] = Kind.EXPAND
+    opens: ClassVar[int] = 1
+
+    carry: tuple[str, ...] = ()
+    batch_size: int | None = None
+
+    def check(self) -> None:  # noqa: D102 - see Stage.check
+        Stage.check(self)
+        _check_batch_size(self)
+
+    def _options(self) -> list[str]:
+        options = [f"batch_size={self.batch_size}"] if self.batch_size is not None else []
+        options += self.compute.describe()
+        return options + ([f"carry={list(self.carry)}"] if self.carry else [])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapBatches(Stage):
+    """``map_batches``: 1:1 over batches of PRESENT rows; a raising batch is retried, then halved."""
+
+    kind: ClassVar[Kind] = Kind.MAP
+
+    batch_size: int | None = None
+    batch_format: BatchFormat = DEFAULT_BATCH_FORMAT
+    max_retries: int = 1
+
+    def check(self) -> None:  # noqa: D102 - see Stage.check
+        Stage.check(self)
+        _check_batch_size(self)
+        _one_of(self.where, "batch_format", self.batch_format, BATCH_FORMATS)
+        if self.max_retries < 0:
+            raise PlanError(f"{self.where}: max_retries must be >= 0")
+
+    def _options(self) -> list[str]:
+        options = [f"batch_size={self.batch_size}"] if self.batch_size is not None else []
+        return [*options, *self.compute.describe(), f"on_error={self.on_error}"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapRows(Stage):
+    """``map``: 1:1 row by row; a row that raises fails alone under ``on_error="isolate"``."""
+
+    kind: ClassVar[Kind] = Kind.MAP_ROWS
+
+    def _options(self) -> list[str]:
+        return [*self.compute.describe(), f"on_error={self.on_error}"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Filter(Stage):
+    """``filter``: a row the predicate rejects becomes a DROPPED row (its root is still accounted)."""
+
+    kind: ClassVar[Kind] = Kind.FILTER
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reduce(Stage):
+    """``reduce_lineage``: closes a level; each parent is emitted once its own children are in.
+
+    ``call.fn`` may be None: every child column becomes an ordered list column.
+    """
+
+    kind: ClassVar[Kind] = Kind.REDUCE
+    opens: ClassVar[int] = -1
+
+    on_child_failure: OnChildFailure = "fail"
+
+    def check(self) -> None:  # noqa: D102 - see Stage.check
+        _one_of(self.where, "on_error", self.on_error, ON_ERROR)
+        _one_of(self.where, "on_child_failure", self.on_child_failure, ON_CHILD_FAILURE)
+        self.call.check(self.where)
+        self.compute.check(self.where, self.call)
+
+    def _options(self) -> list[str]:
+        return [*self.compute.describe(), f"on_child_failure={self.on_child_failure}"]
+
+
+AnyStage = Expand | MapBatches | MapRows | Filter | Reduce
+"""Every stage type: a ``match`` over it handles each kind (``assert_never`` checks the rest)."""
+
+ROW_STAGES = (MapBatches, MapRows, Filter)  # 1:1 stages: one output row per input row
