@@ -8,6 +8,7 @@ Ray is imported lazily: ``import lineage_data`` (and ``lineage_data._core``) loa
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -74,7 +75,7 @@ def from_items(
     """
     rows = [dict(item) for item in items]
     roots = tuple(root_ids(rows, id_column))
-    known = frozenset(name for row in rows for name in row) if rows else None
+    known = frozenset(itertools.chain.from_iterable(rows)) if rows else None
     source = ItemsSource(items=tuple(rows), id_column=id_column, roots=roots, columns=known)
     return LineageDataset(Plan(source))
 

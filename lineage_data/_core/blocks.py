@@ -8,10 +8,10 @@ block by bytes first (:data:`TARGET_BLOCK_BYTES`, applied by the expansion as it
 
 Example:
     >>> from lineage_data._core.plan import Plan, Source
-    >>> from lineage_data._core.stages import Expand, MapBatches, Reduce, UserFn
+    >>> from lineage_data._core.stages import Compute, Expand, MapBatches, Reduce, UserFn
     >>> plan = Plan(Source(), (
     ...     Expand(name="pages", call=UserFn(iter), level=0),
-    ...     MapBatches(name="ocr", call=UserFn(len), level=1, batch_size=32),
+    ...     MapBatches(name="ocr", call=UserFn(len), level=1, batch_size=32, compute=Compute(num_gpus=1)),
     ...     Reduce(name="docs", call=UserFn(None), level=1),
     ... ))
     >>> rows_per_block(plan, 0)
@@ -39,7 +39,7 @@ def rows_per_block(plan: Plan, index: int) -> int:
     """Rows per block of the children that the expansion at ``index`` emits.
 
     The first stage on the children's level with a ``batch_size`` decides: one block is one of its
-    batches. A stage before it without one (``filter``, ``map``, ``map_batches`` taking whole blocks)
+    batches (several for a CPU function, see :func:`_batches_per_block`). A stage before it without one (``filter``, ``map``, ``map_batches`` taking whole blocks)
     may be costly per row, so the blocks stay small (:data:`DEFAULT_ROWS_PER_BLOCK`) if no stage says
     more; so do the blocks of a nested expansion (each child is a parent again and should spread).
     Children that go straight to a reduce or out of the plan take wide blocks.
@@ -51,9 +51,26 @@ def rows_per_block(plan: Plan, index: int) -> int:
         if isinstance(stage, Reduce):
             break
         if isinstance(stage, MapBatches) and stage.batch_size is not None:
-            return stage.batch_size
+            return _batches_per_block(stage) * stage.batch_size
         unsized = True
     return DEFAULT_ROWS_PER_BLOCK if unsized else WIDE_ROWS_PER_BLOCK
+
+
+def _batches_per_block(stage: MapBatches) -> int:
+    """How many of the stage's batches one block holds.
+
+    One for a stage on an actor pool, on GPUs or on custom resources: each block is a work item an
+    actor or an accelerator takes, so a big parent spreads over all of them. A CPU function runs as Ray tasks, where every block
+    costs a task: blocks of several batches, up to :data:`WIDE_ROWS_PER_BLOCK` rows (the task still
+    calls the function batch by batch), so thousands of small parents do not cost thousands of tasks.
+    """
+    compute = stage.compute
+    accelerated = compute.num_gpus or {"resources", "accelerator_type"} & set(
+        compute.ray_remote_args
+    )
+    if stage.call.is_class or accelerated:
+        return 1
+    return max(1, WIDE_ROWS_PER_BLOCK // (stage.batch_size or WIDE_ROWS_PER_BLOCK))
 
 
 _FIXED = frozenset(

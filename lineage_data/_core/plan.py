@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from lineage_data._core.errors import PlanError
 from lineage_data._core.stages import AnyStage, Expand, Filter, Kind, MapBatches, MapRows, Reduce
 
@@ -117,11 +120,20 @@ class Plan:
         """True when this plan runs ``root`` (not excluded, and in ``only`` if that is set)."""
         return root not in self.exclude and (self.only is None or root in self.only)
 
+    def kept(self, roots: pa.Array) -> pa.Array:
+        """A mask over ``roots``: True where this plan runs the root (:meth:`keeps`, vectorized)."""
+        mask = pc.invert(pc.is_in(roots, pa.array(sorted(self.exclude), pa.string())))
+        if self.only is not None:
+            mask = pc.and_(mask, pc.is_in(roots, pa.array(sorted(self.only), pa.string())))
+        return mask
+
     def select(self, roots: Sequence[str]) -> list[int]:
         """The positions of the ``roots`` (in source order) this plan runs.
 
         Not excluded, among the first ``limit`` of those, and in ``only`` when that is set.
         """
+        if not self.exclude and self.only is None:  # the usual run: every root, in order
+            return list(range(len(roots) if self.limit is None else min(self.limit, len(roots))))
         chosen = [i for i, r in enumerate(roots) if r not in self.exclude]
         if self.limit is not None:
             chosen = chosen[: self.limit]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import pickle
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
@@ -25,17 +28,19 @@ def root_ids(rows: Sequence[dict], id_column: str | None) -> list[str]:
     """
     if id_column is None:
         return [str(i) for i in range(len(rows))]
-    ids: list[str] = []
-    for i, row in enumerate(rows):
-        if id_column not in row or row[id_column] is None:
-            raise PlanError(f"row {i} has no value in id_column {id_column!r}")
-        ids.append(str(row[id_column]))
+    values = [row.get(id_column) for row in rows]
+    if any(v is None for v in values):
+        first = next(i for i, v in enumerate(values) if v is None)
+        raise PlanError(f"row {first} has no value in id_column {id_column!r}")
+    ids = list(map(str, values))
     check_unique(ids, id_column)
     return ids
 
 
 def check_unique(ids: Iterable[str], id_column: str | None) -> None:
     """Raise :class:`DuplicateRootError` naming the first repeated id."""
+    if isinstance(ids, Sequence) and len(set(ids)) == len(ids):
+        return
     seen: set[str] = set()
     for value in ids:
         if value in seen:
@@ -43,6 +48,43 @@ def check_unique(ids: Iterable[str], id_column: str | None) -> None:
                 f"duplicate id {value!r} in id_column {id_column!r}: every source row needs its own id"
             )
         seen.add(value)
+
+
+def column_ids(table: pa.Table, id_column: str) -> pa.StringArray:
+    """:func:`root_ids` of a block, from its ``id_column``: the same ids and errors, in Arrow.
+
+    Strings and integers are cast by Arrow (the text ``str()`` gives); other types go through
+    ``str()`` row by row.
+    """
+    n = table.num_rows
+    if id_column not in table.column_names:
+        if n:
+            raise PlanError(f"row 0 has no value in id_column {id_column!r}")
+        return pa.array([], pa.string())
+    column = table[id_column].combine_chunks()
+    if column.null_count:
+        first = int(np.flatnonzero(~column.is_valid().to_numpy(zero_copy_only=False))[0])
+        raise PlanError(f"row {first} has no value in id_column {id_column!r}")
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind):
+        ids = column.cast(pa.string())
+    else:
+        ids = pa.array([str(v) for v in column.to_pylist()], pa.string())
+    if pc.count_distinct(ids).as_py() != n:
+        check_unique(ids.to_pylist(), id_column)
+    return ids
+
+
+def ids_digest(ids: pa.StringArray) -> str:
+    """A digest of the ids' text, in order (the same for the same ids however the array is laid out)."""
+    offsets = np.frombuffer(ids.buffers()[1], np.int32)[ids.offset : ids.offset + len(ids) + 1]
+    if not len(ids):
+        return hashlib.sha1(b"").hexdigest()
+    data = ids.buffers()[2]
+    text = memoryview(data)[int(offsets[0]) : int(offsets[-1])] if data is not None else b""
+    digest = hashlib.sha1((offsets - offsets[0]).astype("<i4").tobytes())
+    digest.update(text)
+    return digest.hexdigest()
 
 
 def content_ids(table: pa.Table) -> list[str]:
@@ -59,10 +101,25 @@ def with_lineage(table: pa.Table, roots: Sequence[str]) -> pa.Table:
     if reserved:
         raise PlanError(f"source columns {reserved} use the reserved prefix {C.PREFIX!r}")
     n = table.num_rows
-    table = table.append_column(C.ROOT, pa.array(list(roots), pa.string()))
-    table = table.append_column(C.OUTCOME, pa.array(["PRESENT"] * n, pa.string()))
-    table = table.append_column(C.PATH, pa.array([[]] * n, C.TYPES[C.PATH]))
+    ids = roots if isinstance(roots, pa.Array) else pa.array(list(roots), pa.string())
+    table = table.append_column(C.ROOT, ids)
+    table = table.append_column(C.OUTCOME, _repeated(outcomes.Outcome.PRESENT.value, n))
+    # level 0: every path is empty (offsets all zero, no values)
+    path = pa.Array.from_buffers(
+        C.TYPES[C.PATH], n, [None, pa.py_buffer(np.zeros(n + 1, np.int32))], children=[_NO_ORDINALS]
+    )
+    table = table.append_column(C.PATH, path)
     return C.conform(table)
+
+
+_NO_ORDINALS = pa.array([], pa.int32())
+
+
+def _repeated(text: str, n: int) -> pa.StringArray:
+    """``n`` copies of ``text`` as a string array, built from buffers (no Python object per row)."""
+    data = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data * n))
 
 
 def items_table(items: Sequence[dict], roots: Sequence[str]) -> pa.Table:
@@ -71,12 +128,27 @@ def items_table(items: Sequence[dict], roots: Sequence[str]) -> pa.Table:
     A row whose values do not fit its columns' types (int in one row, str in another; an object Arrow
     cannot hold) is FAILED at stage ``from_items`` with a ``TypeConflict`` cause; the others go on.
     """
-    names: dict[str, None] = {}
-    for item in items:
-        names.update(dict.fromkeys(item))
-    columns = {name: [item.get(name) for item in items] for name in names}
-    table, failed = C.build_columns(columns, len(items))
+    names = list(dict.fromkeys(itertools.chain.from_iterable(items)))
+    table = _rows_table(items, names)
+    failed: dict[int, str] = {}
+    if table is None:
+        columns = {name: [item.get(name) for item in items] for name in names}
+        table, failed = C.build_columns(columns, len(items))
     table = with_lineage(table, roots)
     return C.with_statuses(
         table, {i: outcomes.rejected(c, "from_items") for i, c in failed.items()}
     )
+
+
+def _rows_table(items: Sequence[dict], names: list[str]) -> pa.Table | None:
+    """The rows converted by Arrow in one call when every row fits (else None: isolate the rows).
+
+    The same conversion :func:`~lineage_data._core.columns.build_columns` tries first (each
+    column's type inferred from its values), without building the column lists in Python.
+    """
+    if not items or list(items[0]) != names or any(C.is_reserved(n) for n in names):
+        return None
+    try:
+        return pa.Table.from_pylist(list(items))
+    except C._CONVERSION_ERRORS:  # noqa: SLF001 - the same errors build_columns catches
+        return None

@@ -123,19 +123,18 @@ class LineageState:
         known = self._roots.find(roots)
         if (known >= 0).any():
             root = roots[int((known >= 0).argmax())]
+            root = root.as_py() if isinstance(root, pa.Scalar) else root
             raise DuplicateRootError(
                 f"duplicate lineage root id {root!r}: source ids must be unique"
             )
         self._blocks.add(key)
         self._roots.add(roots)
 
-    def roots_since(self, cursor: int) -> tuple[list[str], int]:
-        """Roots registered after the first ``cursor`` ones, and the new cursor (for the driver)."""
-        roots, size = self.root_ids_since(cursor)
-        return roots.to_pylist(), size
-
     def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:
-        """:meth:`roots_since` as an Arrow array (cheap to send: no Python object per root)."""
+        """Roots registered after the first ``cursor`` ones, and the new cursor (for the driver).
+
+        The roots are an Arrow array: cheap to send, no Python object per root.
+        """
         size = len(self._roots)
         return self._roots.ids(range(min(cursor, size), size)), size
 

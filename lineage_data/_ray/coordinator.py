@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
 import ray
 
 from lineage_data._core.state import CommitResult, Handoff, LineageState, Path
@@ -35,7 +36,6 @@ from lineage_data._ray.actors import Helper, helper_timeout_s, start_helper
 METHODS = frozenset(
     {
         "register_roots",
-        "roots_since",
         "root_ids_since",
         "handoff",
         "commit",
@@ -224,11 +224,10 @@ class CoordinatorClient:
                 del _channels[self.helper.name]
 
     def register_roots(self, roots: Sequence[str], block: str | None = None) -> None:  # noqa: D102
-        self._call("register_roots", list(roots), block)
+        self._call("register_roots", roots if isinstance(roots, pa.Array) else list(roots), block)
 
-    def roots_since(self, cursor: int) -> tuple[list[str], int]:  # noqa: D102
-        roots, size = self._call("root_ids_since", cursor)  # Arrow on the wire, a list here
-        return roots.to_pylist(), size
+    def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:  # noqa: D102
+        return self._call("root_ids_since", cursor)
 
     def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:  # noqa: D102
         return self._call("handoff", stage_index, roots, paths)

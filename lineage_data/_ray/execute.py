@@ -170,12 +170,14 @@ class Execution:
             self._mirror_registry(current)
 
     def _mirror_registry(self, current: _Pass) -> None:
-        roots, cursor = current.client.roots_since(current.registered)
+        roots, cursor = current.client.root_ids_since(current.registered)
         current.registered = cursor
-        if roots:
-            new = [r for r in roots if self._plan.keeps(r)]
+        if len(roots):
+            plan = self._plan
+            if plan.exclude or plan.only is not None:
+                roots = roots.filter(plan.kept(roots))
             with self._lock:
-                self._ledger.expect(new)
+                self._ledger.expect(roots)
 
     def _progress_now(self) -> dict[str, int]:
         with self._lock:

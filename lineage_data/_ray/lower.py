@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,13 @@ from lineage_data._core import columns as C
 from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
-from lineage_data._core.source import content_ids, items_table, root_ids, with_lineage
+from lineage_data._core.source import (
+    column_ids,
+    content_ids,
+    ids_digest,
+    items_table,
+    with_lineage,
+)
 from lineage_data._core.stages import AnyStage, Expand, MapBatches
 from lineage_data._core.terminal import TerminalOp
 
@@ -214,25 +219,16 @@ def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
 
 
 def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
-    id_column, exclude, only = src.id_column, plan.exclude, plan.only
+    id_column, restricted = src.id_column, bool(plan.exclude) or plan.only is not None
 
     def inject_roots(batch: pa.Table) -> pa.Table:
-        if id_column is None:
-            ids = content_ids(batch)
-        else:
-            # from_items' rule: a row with no id (None, or no id column at all) is a PlanError
-            names = batch.column_names
-            values = batch[id_column].to_pylist() if id_column in names else [None] * len(batch)
-            ids = root_ids([{id_column: v} for v in values], id_column)
-        digest = hashlib.sha1("\x00".join(ids).encode()).hexdigest()
-        client.register_roots(ids, digest)
+        ids = content_ids(batch) if id_column is None else column_ids(batch, id_column)
+        if not isinstance(ids, pa.Array):
+            ids = pa.array(ids, pa.string())
+        # the block's name: a retried source task registers the same block again (no duplicate)
+        client.register_roots(ids, ids_digest(ids))
         table = with_lineage(batch, ids)
-        if exclude or only is not None:
-            keep = [
-                i for i, r in enumerate(ids) if r not in exclude and (only is None or r in only)
-            ]
-            table = table.take(keep)
-        return table
+        return table.filter(plan.kept(ids)) if restricted else table
 
     source = src.dataset if plan.limit is None else src.dataset.limit(plan.limit)
     return source.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)

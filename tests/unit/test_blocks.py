@@ -24,11 +24,28 @@ def docs(*counts):
     return ld.from_items([{"d": str(i), "n": n} for i, n in enumerate(counts)], id_column="d")
 
 
+class Model:
+    def __call__(self, batch):
+        return batch
+
+
 @pytest.mark.parametrize(
     ("build", "expected"),
     [
-        (lambda ds: ds.expand_lineage(pages).map_batches(len, batch_size=32).reduce_lineage(), 32),
-        (lambda ds: ds.expand_lineage(pages).filter(bool).map_batches(len, batch_size=64), 64),
+        (
+            lambda ds: ds.expand_lineage(pages).map_batches(Model, batch_size=32).reduce_lineage(),
+            32,
+        ),
+        (lambda ds: ds.expand_lineage(pages).filter(bool).map_batches(Model, batch_size=64), 64),
+        (lambda ds: ds.expand_lineage(pages).map_batches(len, batch_size=32, num_gpus=1), 32),
+        (
+            lambda ds: ds.expand_lineage(pages).map_batches(len, batch_size=32, resources={"g": 1}),
+            32,
+        ),
+        # a CPU function runs as tasks: a block holds several of its batches (fewer tasks)
+        (lambda ds: ds.expand_lineage(pages).map_batches(len, batch_size=32), 1024),
+        (lambda ds: ds.expand_lineage(pages).map_batches(len, batch_size=300), 900),
+        (lambda ds: ds.expand_lineage(pages).map_batches(len, batch_size=4096), 4096),
         (lambda ds: ds.expand_lineage(pages).reduce_lineage(), WIDE_ROWS_PER_BLOCK),
         (lambda ds: ds.expand_lineage(pages), WIDE_ROWS_PER_BLOCK),
         (
@@ -48,7 +65,7 @@ def test_nested_expansions_size_their_own_blocks():
         docs(1)
         .expand_lineage(pages)
         .expand_lineage(pages, name="lines")
-        .map_batches(len, batch_size=8)
+        .map_batches(Model, batch_size=8)
         .reduce_lineage()
         .reduce_lineage(name="docs")
         .plan
