@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import base64
 import functools
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lineage_data._core.errors import ContractError
 from lineage_data._core.outcomes import Status
@@ -79,12 +81,17 @@ def user_columns(names: list[str]) -> list[str]:
 
 def conform(table: pa.Table) -> pa.Table:
     """Give ``table`` every lineage column with its canonical type (user columns untouched)."""
+    # the schema is read once: it runs on every batch of every operator
+    schema = table.schema
+    names = schema.names
+    types = dict(zip(names, schema.types, strict=True))
+    unique = len(types) == len(names)  # else schema.field raises on a duplicated lineage column
     for name in ALL:
         wanted = TYPES[name]
-        if name not in table.column_names:
+        if name not in types:
             table = table.append_column(pa.field(name, wanted), pa.nulls(table.num_rows, wanted))
-        elif table.schema.field(name).type != wanted:
-            index = table.column_names.index(name)
+        elif (types[name] if unique else schema.field(name).type) != wanted:
+            index = names.index(name)
             table = table.set_column(index, pa.field(name, wanted), table[name].cast(wanted))
     return table
 
@@ -96,8 +103,6 @@ def public(table: pa.Table, *, keep_lineage: bool = True) -> pa.Table:
     ``on_child_failure="skip"`` adds). ``keep_lineage=False``: committed rows only, user columns only.
     """
     if not keep_lineage:
-        import pyarrow.compute as pc
-
         if OUTCOME in table.column_names:
             table = table.filter(pc.fill_null(pc.equal(table[OUTCOME], "PRESENT"), False))
         return table.select([n for n in table.column_names if not is_reserved(n)])
@@ -143,12 +148,69 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
 
 def depth_mask(table: pa.Table, level: int, *, header: bool) -> pa.ChunkedArray:
     """Rows that are entities of ``level`` (``header=False``) or headers closing ``level`` (True)."""
-    import pyarrow.compute as pc
-
     depth = pc.list_value_length(table[PATH])
     if header:
         return pc.and_(pc.equal(depth, level - 1), pc.is_valid(table[SIZE]))
     return pc.and_(pc.equal(depth, level), pc.is_null(table[SIZE]))
+
+
+def one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array (no copy when it has one chunk)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def shape(table: pa.Table) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per row of ``table``: its depth (path length) and whether it is a header, as numpy arrays.
+
+    The numpy counterpart of :func:`depth_mask`; None when a row has no path (no depth at all).
+    """
+    path = one_chunk(table[PATH])
+    if path.null_count:
+        return None
+    size = table[SIZE]
+    if size.null_count == len(size):  # no header: the usual batch after an expansion
+        header = np.zeros(len(size), bool)
+    else:
+        header = size.is_valid().to_numpy(zero_copy_only=False)
+    return np.diff(path.offsets.to_numpy()), header
+
+
+def pick(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    """The rows of ``table`` where ``mask`` is True: a slice (no copy) when they are contiguous.
+
+    >>> pick(pa.table({"x": [1, 2, 3]}), np.array([False, True, True]))["x"].to_pylist()
+    [2, 3]
+    """
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return table.slice(0, 0)
+    start, stop = int(rows[0]), int(rows[-1]) + 1
+    if stop - start == len(rows):
+        return table.slice(start, stop - start)
+    return table.filter(pa.array(mask))
+
+
+def paths(column: pa.ChunkedArray | pa.Array, depth: int) -> list[tuple[int, ...]]:
+    """The :data:`PATH` values of ``column`` as tuples; all of them are expected to be ``depth`` long.
+
+    Paths of one level all have the same length, so they are read as one numpy matrix rather than
+    one Python list per row; a column that does not fit that shape is read row by row.
+
+    >>> paths(pa.array([[0, 1], [0, 2]], TYPES[PATH]), 2)
+    [(0, 1), (0, 2)]
+    """
+    n = len(column)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if column.null_count == 0 and n:
+        lengths = np.diff(column.offsets.to_numpy())
+        if lengths.min() == lengths.max() == depth:
+            if depth == 0:
+                return [()] * n
+            flat = pc.list_flatten(column)
+            if flat.null_count == 0:
+                return list(map(tuple, flat.to_numpy().reshape(n, depth).tolist()))
+    return [tuple(p) for p in column.to_pylist()]
 
 
 def lineage_only(table: pa.Table) -> pa.Table:
@@ -410,7 +472,27 @@ class EstablishedTypes:
         self, rows: Sequence[Mapping], *, groups: Sequence[Hashable] | None = None
     ) -> tuple[pa.Table, dict[int, str]]:
         """:func:`build_rows` with the established types; establishes the new columns it shows."""
-        table, failed = build_rows(rows, types=self._known, groups=groups)
+        return self._established(
+            lambda: build_rows(rows, types=self._known, groups=groups),
+        )
+
+    def build_columns(
+        self,
+        columns: Mapping[str, Sequence[Any]],
+        num_rows: int,
+        *,
+        groups: Sequence[Hashable] | None = None,
+    ) -> tuple[pa.Table, dict[int, str]]:
+        """:func:`build_columns` with the established types; establishes the new columns it shows."""
+        return self._established(
+            lambda: build_columns(columns, num_rows, types=self._known, groups=groups),
+        )
+
+    def _established(
+        self, build: Callable[[], tuple[pa.Table, dict[int, str]]]
+    ) -> tuple[pa.Table, dict[int, str]]:
+        """``build()``, then again if a column it shows was established with a type it conflicts with."""
+        table, failed = build()
         new = {
             field.name: type_token(field.type)
             for field in table.schema
@@ -427,7 +509,7 @@ class EstablishedTypes:
             self._known[name] = established
             redo = redo or unify_types(established, table.schema.field(name).type) is None
         if redo:
-            table, failed = build_rows(rows, types=self._known, groups=groups)
+            table, failed = build()
         return table, failed
 
     def conform_table(self, table: pa.Table) -> tuple[pa.Table, dict[int, str]]:

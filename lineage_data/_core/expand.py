@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -55,22 +56,41 @@ class ExpandOp:
     def __call__(self, table: pa.Table) -> Iterator[pa.Table]:
         """Process one batch; yields blocks of ``rows_per_block`` rows (the last one fewer)."""
         table = C.conform(table)
-        entity = C.depth_mask(table, self._stage.level, header=False)
+        found = C.shape(table)
+        if found is None:  # a row without a path: the Arrow way, where a null drops it
+            entity = C.depth_mask(table, self._stage.level, header=False)
+            parents, others = table.filter(entity), table.filter(pc.invert(entity))
+        else:
+            mask = ~found[1] & (found[0] == self._stage.level)
+            parents, others = C.pick(table, mask), C.pick(table, ~mask)
         blocks = _Blocks(self)
-        for row in table.filter(entity).to_pylist():
-            lineage = {name: row.pop(name) for name in C.ALL}
-            status = Status(Outcome(lineage[C.OUTCOME]), lineage[C.CAUSE], lineage[C.STAGE])
-            header = {C.ROOT: lineage[C.ROOT], C.PATH: lineage[C.PATH], C.SIZE: 0}
-            entering = outcomes.entering(status)
+        # the parent rows as the function sees them (every column but the lineage), the lineage by column
+        rows = parents.select([n for n in parents.column_names if n not in C.ALL]).to_pylist()
+        lineage = zip(
+            parents[C.ROOT].to_pylist(),
+            C.paths(parents[C.PATH], self._stage.level),
+            parents[C.OUTCOME].to_pylist(),
+            parents[C.CAUSE].to_pylist(),
+            parents[C.STAGE].to_pylist(),
+            strict=True,
+        )
+        for row, (root, path, outcome, cause, stage) in zip(rows, lineage, strict=True):
+            key = (root, path)
+            entering = (
+                None
+                if outcome == Outcome.PRESENT.value
+                else outcomes.entering(Status(Outcome(outcome), cause, stage))
+            )
+            payload = None  # a parent that is not expanded keeps no payload
             if entering is None:
-                children = _Children(self, row, lineage, blocks)
+                children = _Children(self, row, key, blocks)
                 yield from children
                 entering = children.result
-                header[C.PARENT] = self._parent_payload(row)
-            yield from blocks.close(header, entering)
+                payload = self._parent_payload(row)
+            yield from blocks.close(key, payload, entering)
         yield from blocks.finish()
         # rows of other levels go last, so they do not shift the blocks off their boundaries
-        passthrough = C.lineage_only(table.filter(pc.invert(entity)))
+        passthrough = C.lineage_only(others)
         if passthrough.num_rows:
             yield passthrough
         self._coordinator.count(self._stage.name, blocks.counts)
@@ -104,17 +124,33 @@ class ExpandOp:
 
 
 ParentKey = tuple[str, tuple[int, ...]]
+_Segment = tuple[ParentKey, int, list[dict]]  # children of one parent: ordinal of the first, rows
+Payload = bytes | None  # a header's pickled parent row (None: the parent was not expanded)
+_Header = tuple[ParentKey, Payload, Status]
 _LINEAGE_BYTES = 64  # a child's lineage columns, about
 
 
 @dataclass(slots=True)
 class _Group:
-    """A parent's rows still to go out: children not emitted yet, then (once it is closed) its header."""
+    """A parent's rows still to go out: children not emitted yet, then (once it is closed) its header.
+
+    ``rows`` are the user columns of the children ``first``, ``first + 1``... (by ordinal); their
+    lineage columns are made when they go out. ``header``: the parent's payload (None when the parent
+    was not expanded) and its status.
+    """
 
     key: ParentKey
     rows: list[dict] = field(default_factory=list)
     bytes: int = 0
-    header: tuple[dict, Status] | None = None
+    header: tuple[Payload, Status] | None = None
+    first: int = 0
+
+    def take(self, count: int) -> _Segment:
+        """The first ``count`` rows, out of the group, with the ordinal of the first one."""
+        part, self.rows = self.rows[:count], self.rows[count:]
+        segment = (self.key, self.first, part)
+        self.first += count
+        return segment
 
     @property
     def size(self) -> int:
@@ -159,17 +195,16 @@ class _Blocks:
         group.rows.append(child)
         group.bytes += size
         if len(group.rows) >= self._rows or group.bytes >= self._op._target_bytes:
-            rows, group.rows, group.bytes = group.rows, [], 0
-            return self._build([(key, row) for row in rows], [])
+            group.bytes = 0
+            return self._build([group.take(len(group.rows))], [])
         return None
 
-    def close(self, header: dict, status: Status) -> list[pa.Table]:
+    def close(self, key: ParentKey, payload: Payload, status: Status) -> list[pa.Table]:
         """A parent is done: its group joins the pool; returns the blocks the pool now fills."""
-        key = (header[C.ROOT], tuple(header[C.PATH]))
         group = self._current if self._current is not None and self._current.key == key else None
         self._current = None
         group = group or _Group(key)
-        group.header = (header, status)
+        group.header = (payload, status)
         self._pool.append(group)
         self._pool_rows += group.size
         self._pool_bytes += group.bytes
@@ -231,56 +266,131 @@ class _Blocks:
     def _emit(self, chosen: list[_Group], split: tuple[_Group, int] | None) -> pa.Table:
         taken = {id(g) for g in chosen}
         self._pool = [g for g in self._pool if id(g) not in taken]
-        rows = [(g.key, row) for g in chosen for row in g.rows]
-        headers = [g.header for g in chosen if g.header is not None]
         self._pool_rows -= sum(g.size for g in chosen)
         self._pool_bytes -= sum(g.bytes for g in chosen)
+        segments = [g.take(len(g.rows)) for g in chosen]
+        headers = [(g.key, *g.header) for g in chosen if g.header is not None]
         if split is not None:
             donor, count = split
-            part, donor.rows = donor.rows[:count], donor.rows[count:]
-            moved = sum(row_bytes(row) for row in part)
+            segment = donor.take(count)
+            moved = sum(row_bytes(row) for row in segment[2]) + count * _lineage_bytes(donor.key)
             donor.bytes -= moved
             self._pool_rows -= count
             self._pool_bytes -= moved
-            rows.extend((donor.key, row) for row in part)
-        return self._build(rows, headers)
+            segments.append(segment)
+        return self._build(segments, headers)
 
-    def _build(
-        self, rows: list[tuple[ParentKey, dict]], headers: list[tuple[dict, Status]]
-    ) -> pa.Table:
-        """One block: the children (parents that do not fit failed), then the headers given."""
-        rows = [
-            (k, r) for k, r in rows if k not in self.failed
-        ]  # a failed parent's rest is dropped
-        tables = []
-        if rows:
-            keys = [k for k, _ in rows]
-            table, failed = self._op._types.build_rows([r for _, r in rows], groups=keys)
+    def _build(self, segments: list[_Segment], headers: list[_Header]) -> pa.Table:
+        """One block: the children (parents that do not fit failed), then the headers given.
+
+        Built as one table, column by column: the children's user columns (null in the header rows),
+        in the order their rows give, the lineage columns after the first row's own columns.
+        """
+        # a failed parent's rest is dropped
+        segments = [s for s in segments if s[0] not in self.failed and s[2]]
+        if not segments:
+            return self._headers(headers) if headers else C.empty()
+        rows = [row for _, _, part in segments for row in part]
+        keys = [key for key, _, part in segments for _ in part]
+        names: dict[str, None] = {}
+        for row in rows:
+            names.update(dict.fromkeys(row))
+        columns = {name: [row.get(name) for row in rows] for name in names}
+        user, failed = self._op._types.build_columns(columns, len(rows), groups=keys)
+        paths = _child_paths(segments)
+        if failed:
             for i, cause in failed.items():
                 self.failed.setdefault(keys[i], outcomes.rejected(cause, self._op._stage.name))
-            if failed:
-                table = table.filter(pa.array([i not in failed for i in range(table.num_rows)]))
-            self._emitted.update(k for i, k in enumerate(keys) if i not in failed)
-            if table.num_rows:
-                tables.append(table)
-        if headers:
-            tables.append(self._headers(headers))
-        return C.concat(tables)
+            kept = pa.array([i not in failed for i in range(len(rows))])
+            user, paths = user.filter(kept), paths.filter(kept)
+            keys = [k for i, k in enumerate(keys) if i not in failed]
+            self._emitted.update(keys)
+        else:
+            for key, _, part in segments:
+                self._emitted[key] += len(part)
+        if not keys:
+            return self._headers(headers) if headers else C.empty()
+        head = self._header_columns(headers)
+        n, blank = len(keys), [None] * len(keys)
+        lineage = {
+            C.ROOT: [k[0] for k in keys] + head[C.ROOT],
+            C.PATH: pa.concat_arrays([paths, pa.array(head[C.PATH], C.TYPES[C.PATH])]),
+            C.OUTCOME: [Outcome.PRESENT.value] * n + head[C.OUTCOME],
+        }
+        first = len(rows[0])
+        order = [*user.column_names[:first], *lineage, *user.column_names[first:]]
+        arrays: list[Any] = []
+        for name in order:
+            if name in lineage:
+                values = lineage[name]
+                if not isinstance(values, pa.Array):
+                    values = pa.array(values, C.TYPES[name])
+                arrays.append(values)
+            elif headers:
+                column = user[name]
+                nulls = pa.nulls(len(headers), column.type)
+                arrays.append(pa.chunked_array([*column.chunks, nulls]))
+            else:
+                arrays.append(user[name])
+        # the rest of the lineage, in the order conform adds it
+        for name in (C.CAUSE, C.STAGE, C.SIZE, C.PARENT):
+            order.append(name)
+            arrays.append(pa.array(blank + head[name], C.TYPES[name]))
+        return C.conform(pa.Table.from_arrays(arrays, names=order))
 
-    def _headers(self, closed: list[tuple[dict, Status]]) -> pa.Table:
-        """Headers with their final status and the number of children emitted before them."""
-        out = []
-        for header, status in closed:
-            key = (header[C.ROOT], tuple(header[C.PATH]))
+    def _header_columns(self, closed: list[_Header]) -> dict[str, list]:
+        """The lineage columns of headers with their final status and the number of children emitted."""
+        columns: dict[str, list] = {name: [] for name in _HEADER_COLUMNS}
+        for key, payload, status in closed:
             if status.present:
                 status = self.failed.get(key, status)
-            header[C.SIZE] = self._emitted[key]
-            header.update(
-                {C.OUTCOME: status.outcome.value, C.CAUSE: status.cause, C.STAGE: status.stage}
-            )
+            for name, value in zip(
+                _HEADER_COLUMNS,
+                (key[0], list(key[1]), self._emitted[key], payload)
+                + (status.outcome.value, status.cause, status.stage),
+                strict=True,
+            ):
+                columns[name].append(value)
             self._outcomes[status.outcome.value] += 1
-            out.append(header)
-        return C.rows_to_table(out)
+        return columns
+
+    def _headers(self, closed: list[_Header]) -> pa.Table:
+        """A block of headers only."""
+        columns = self._header_columns(closed)
+        if all(payload is None for payload in columns[C.PARENT]):
+            del columns[C.PARENT]  # as a header row without a payload leaves it out
+        return C.conform(
+            pa.table({name: pa.array(values, C.TYPES[name]) for name, values in columns.items()})
+        )
+
+
+_HEADER_COLUMNS = (C.ROOT, C.PATH, C.SIZE, C.PARENT, C.OUTCOME, C.CAUSE, C.STAGE)
+
+
+def _lineage_bytes(key: ParentKey) -> int:
+    """What :func:`row_bytes` counts for a child's root, path and outcome columns."""
+    return len(key[0]) + 8 * (len(key[1]) + 1) + len(Outcome.PRESENT.value)
+
+
+def _child_paths(segments: list[_Segment]) -> pa.Array:
+    """The :data:`~lineage_data._core.columns.PATH` of the children: the parent's path, then the ordinal."""
+    depth = len(segments[0][0][1])
+    if any(len(key[1]) != depth for key, _, _ in segments):  # never in one level; keep it exact
+        paths = [[*key[1], first + i] for key, first, part in segments for i in range(len(part))]
+        return pa.array(paths, C.TYPES[C.PATH])
+    counts = [len(part) for _, _, part in segments]
+    shift, start = [], 0  # per segment: its first ordinal minus its first row
+    for (_, first, _), count in zip(segments, counts, strict=True):
+        shift.append(first - start)
+        start += count
+    values = np.arange(start) + np.repeat(shift, counts)
+    if depth:
+        parents = np.array([key[1] for key, _, _ in segments]).reshape(len(segments), depth)
+        values = np.column_stack([np.repeat(parents, counts, axis=0), values]).ravel()
+    offsets = np.arange(0, len(values) + 1, depth + 1, dtype=np.int32)
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), pa.array(values.astype(np.int32)), type=C.TYPES[C.PATH]
+    )
 
 
 class _Children:
@@ -290,16 +400,15 @@ class _Children:
     dict fails the parent (``on_error="raise"`` stops the run on a raising ``fn``).
     """
 
-    def __init__(self, op: ExpandOp, row: dict, lineage: dict, blocks: _Blocks) -> None:
-        self._op, self._row, self._lineage, self._blocks = op, row, lineage, blocks
+    def __init__(self, op: ExpandOp, row: dict, key: ParentKey, blocks: _Blocks) -> None:
+        self._op, self._row, self._key, self._blocks = op, row, key, blocks
         self.result: Status = outcomes.PRESENT
 
     def __iter__(self) -> Iterator[pa.Table]:
         op, stage = self._op, self._op._stage
         carry = op._carry(self._row)
         fixed = row_bytes(carry) + _LINEAGE_BYTES  # what every child of this parent adds
-        root, path = self._lineage[C.ROOT], list(self._lineage[C.PATH])
-        key = (root, tuple(path))
+        key = self._key
         n = 0
         children: Any = None
         try:
@@ -311,11 +420,7 @@ class _Children:
                     self.result = outcomes.rejected(describe(exc), stage.name)
                     _close(children)
                     return
-                block = self._blocks.add(
-                    key,
-                    {**carry, **child, C.ROOT: root, C.PATH: [*path, n], C.OUTCOME: "PRESENT"},
-                    fixed + row_bytes(child),
-                )
+                block = self._blocks.add(key, {**carry, **child}, fixed + row_bytes(child))
                 n += 1
                 if block is not None:
                     yield block

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -20,6 +21,9 @@ from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Reduce
 
 GroupKey = tuple[str, tuple[int, ...]]
+# From this many member rows on, a reduce batch is grouped column-wise (measured: below it, the
+# fixed cost of the numpy calls is more than the row-wise buffer's cost per row).
+COLUMNAR_ROWS = 1024
 
 
 def collect_children(
@@ -90,27 +94,30 @@ class GroupBuffer:
     def add(self, rows: Sequence[dict]) -> list[tuple[GroupKey, Group]]:
         """Take member rows of one level; return the groups they complete, in completion order."""
         done: dict[GroupKey, None] = {}
+        groups, handed = self._groups, self._handed
         for row in rows:
-            key = group_key(row)
-            if key in self._handed:
+            path, size = tuple(row[C.PATH]), row[C.SIZE]
+            key = (row[C.ROOT], path if size is not None else path[:-1])  # group_key(row)
+            if key in handed:
                 done[key] = None  # a retried piece of a group already handed out: hand it again
                 continue
-            group = self._groups.get(key)
+            group = groups.get(key)
             if group is None:
-                group = self._groups[key] = Group()
-            if row[C.SIZE] is not None:
+                group = groups[key] = Group()
+            if size is not None:
                 if group.header is not None and not _same(group.header, row):
                     raise FencingError(f"conflicting headers for parent {key}")
                 group.header = row
             else:
-                ordinal = row[C.PATH][-1]
+                ordinal = path[-1]
                 previous = group.children.get(ordinal)
                 if previous is not None and not _same(previous, row):
                     raise FencingError(
                         f"conflicting reports for child {row[C.ROOT]}{list(row[C.PATH])}"
                     )
                 group.children[ordinal] = row
-            if group.complete:
+            header = group.header  # group.complete, inlined: this runs per row
+            if header is not None and len(group.children) == header[C.SIZE]:
                 done[key] = None
         out = []
         for key in done:
@@ -165,23 +172,37 @@ class ReduceOp:
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._children_of = children_of  # the stage whose columns the children carry
         self._known: list[str] | None = None  # its established columns, asked once per batch
+        self._user_keys: dict[tuple, tuple[str, ...]] = {}  # a row's keys -> its user columns
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Process one batch; returns the parents it completed and the rows of outer levels."""
         table = C.conform(table)
         level = self._stage.level
-        member = pc.or_(
-            C.depth_mask(table, level, header=False), C.depth_mask(table, level, header=True)
-        )
-        passthrough = C.lineage_only(table.filter(pc.invert(member)))
-        local = GroupBuffer()
-        done = local.add(table.filter(member).to_pylist())
-        partial = local.drain()
+        member = _member_mask(table, level)
+        if member is None:  # the usual batch: members only
+            members, parts = table, []
+        elif isinstance(member, np.ndarray):
+            passthrough = C.pick(C.lineage_only(table), ~member)
+            members, parts = C.pick(table, member), [passthrough] if passthrough.num_rows else []
+        else:
+            passthrough = C.lineage_only(table.filter(pc.invert(member)))
+            members, parts = table.filter(member), [passthrough] if passthrough.num_rows else []
+        # A big batch is grouped column-wise; a small one (its numpy calls would cost more than its
+        # rows), one with a duplicate or with an odd row goes through the row-wise buffer.
+        local = _local_groups(members, level) if members.num_rows >= COLUMNAR_ROWS else None
+        if local is None:
+            buffer = GroupBuffer()
+            done = buffer.add(members.to_pylist())
+            partial = buffer.drain()
+        else:
+            done = []
+            partial = _rows_at(members, local.partial)
         if partial:
             done.extend(self._holders.add(partial))
         self._known = None
-        out = [self._reduce(key, group) for key, group in done]
-        parts = [passthrough] if passthrough.num_rows else []
+        out = self._reduce_local(members, local) if local is not None else []
+        out.extend(self._reduce(key, group) for key, group in done)
+        keys = [*(local.keys if local is not None else ()), *(key for key, _ in done)]
         if out:
             # A result whose values do not fit (a type that conflicts with the parents reduced before
             # it, run-wide; a value Arrow cannot hold) fails its parent alone.
@@ -191,7 +212,7 @@ class ReduceOp:
             )
             counts = Counter(reduced[C.OUTCOME].to_pylist())
             self._coordinator.reduced(
-                self._stage.name, [k[0] for k, _ in done], [k[1] for k, _ in done], dict(counts)
+                self._stage.name, [k[0] for k in keys], [k[1] for k in keys], dict(counts)
             )
             parts.append(reduced)
         return C.concat(parts)
@@ -200,32 +221,92 @@ class ReduceOp:
         header = group.header
         assert header is not None
         children = [group.children[i] for i in range(header[C.SIZE])]
-        verdict = outcomes.reduce_group(
-            _status(header), [_status(c) for c in children], self._stage.on_child_failure
-        )
-        lineage = {C.ROOT: key[0], C.PATH: list(key[1])}
-        if verdict.status is not None:
-            return {
-                **lineage,
-                C.OUTCOME: verdict.status.outcome.value,
-                C.CAUSE: verdict.status.cause,
-                C.STAGE: verdict.status.stage,
-            }
-        parent = pickle.loads(header[C.PARENT]) if header[C.PARENT] else {}
-        kids = [
-            {k: v for k, v in children[i].items() if not C.is_reserved(k)} for i in verdict.kept
-        ]
+        present = Outcome.PRESENT.value
+        kept: Sequence[int]
+        missing: Sequence[int]
+        if header[C.OUTCOME] == present and all(c[C.OUTCOME] == present for c in children):
+            # reduce_group's verdict, without a Status per row
+            kept, missing = range(len(children)), ()
+        else:
+            verdict = outcomes.reduce_group(
+                _status(header), [_status(c) for c in children], self._stage.on_child_failure
+            )
+            if verdict.status is not None:
+                return _decided(key, verdict.status)
+            kept, missing = verdict.kept, verdict.missing
+        kids = [self._user_part(children[i]) for i in kept]
+        return self._reduced(key, header[C.PARENT], kids, missing)
+
+    def _user_part(self, row: dict) -> dict:
+        """``row`` without its lineage columns (the reserved names of each key set found once)."""
+        keys = tuple(row)
+        names = self._user_keys.get(keys)
+        if names is None:
+            names = tuple(k for k in keys if not C.is_reserved(k))
+            if len(self._user_keys) < 64:
+                self._user_keys[keys] = names
+        return {k: row[k] for k in names}
+
+    def _reduce_local(self, members: pa.Table, local: _LocalGroups) -> list[dict]:
+        """:meth:`_reduce` of the groups ``members`` complete, read column-wise (no dict per row)."""
+        if not local.keys:
+            return []
+        outcome = members[C.OUTCOME].to_numpy(zero_copy_only=False)
+        present = outcome == Outcome.PRESENT.value
+        # per group: is its header and every child PRESENT? (then the verdict is "reduce them all")
+        broken = np.concatenate(([0], np.cumsum(~present[local.children])))
+        clean = (
+            present[local.headers] & (broken[local.bounds[1:]] == broken[local.bounds[:-1]])
+        ).tolist()
+        statuses: list[Status] = []
+        if not all(clean):
+            statuses = [
+                Status(Outcome(o), c, s)
+                for o, c, s in zip(
+                    outcome.tolist(),
+                    members[C.CAUSE].to_pylist(),
+                    members[C.STAGE].to_pylist(),
+                    strict=True,
+                )
+            ]
+        headers, children = local.headers.tolist(), local.children.tolist()
+        parent = members[C.PARENT].to_pylist()
+        names = C.user_columns(members.column_names)
+        if names:  # the children's user columns, one Python list per column, rows picked by index
+            values = [[column[i] for i in children] for column in _user_lists(members)]
+            kids = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+        else:
+            kids = [{} for _ in children]
+        out = []
+        bounds = local.bounds.tolist()
+        for g, key in enumerate(local.keys):
+            start, end = bounds[g], bounds[g + 1]
+            if clean[g]:
+                out.append(self._reduced(key, parent[headers[g]], kids[start:end], ()))
+                continue
+            verdict = outcomes.reduce_group(
+                statuses[headers[g]],
+                [statuses[i] for i in children[start:end]],
+                self._stage.on_child_failure,
+            )
+            if verdict.status is not None:
+                out.append(_decided(key, verdict.status))
+            else:
+                chosen = [kids[start + i] for i in verdict.kept]
+                out.append(self._reduced(key, parent[headers[g]], chosen, verdict.missing))
+        return out
+
+    def _reduced(
+        self, key: GroupKey, payload: bytes | None, kids: list[dict], missing: Sequence[int]
+    ) -> dict:
+        """The row of a parent whose group is reduced by the function over ``kids``."""
+        parent = pickle.loads(payload) if payload else {}
         status, value = self._call(parent, kids)
         if not status.present:
-            return {
-                **lineage,
-                C.OUTCOME: status.outcome.value,
-                C.CAUSE: status.cause,
-                C.STAGE: status.stage,
-            }
-        row = {**value, **lineage, C.OUTCOME: Outcome.PRESENT.value}
+            return _decided(key, status)
+        row = {**value, C.ROOT: key[0], C.PATH: list(key[1]), C.OUTCOME: Outcome.PRESENT.value}
         if self._stage.on_child_failure == "skip":
-            row[C.MISSING] = list(verdict.missing)
+            row[C.MISSING] = list(missing)
         return row
 
     def _call(self, parent: dict, kids: list[dict]) -> tuple[Status, dict]:
@@ -260,6 +341,137 @@ class ReduceOp:
                     if not C.is_reserved(c)
                 ]
         return self._known
+
+
+def _rows_at(table: pa.Table, rows: np.ndarray) -> list[dict]:
+    """``table.take(rows).to_pylist()``; most of a batch is read whole, then picked (no take)."""
+    if not len(rows):
+        return []
+    if 2 * len(rows) < table.num_rows:
+        return table.take(rows).to_pylist()
+    every = table.to_pylist()
+    return [every[i] for i in rows.tolist()]
+
+
+def _user_lists(table: pa.Table) -> list[list]:
+    """The user columns of ``table`` as Python lists, in order (by position: names may repeat)."""
+    return [
+        table.column(i).to_pylist()
+        for i, name in enumerate(table.column_names)
+        if not C.is_reserved(name)
+    ]
+
+
+def _decided(key: GroupKey, status: Status) -> dict:
+    """The row of a parent that is not reduced: its lineage and ``status``."""
+    return {
+        C.ROOT: key[0],
+        C.PATH: list(key[1]),
+        C.OUTCOME: status.outcome.value,
+        C.CAUSE: status.cause,
+        C.STAGE: status.stage,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _LocalGroups:
+    """Member rows of one batch (positions into it) grouped by parent, as :class:`GroupBuffer` would.
+
+    ``keys``: the groups the batch completes, in completion order; ``headers[g]``: the row of group
+    ``g``'s header; ``children[bounds[g]:bounds[g + 1]]``: its children's rows in ordinal order;
+    ``partial``: the rows of the other groups, in :meth:`GroupBuffer.drain` order.
+    """
+
+    keys: list[GroupKey]
+    headers: np.ndarray
+    children: np.ndarray
+    bounds: np.ndarray
+    partial: np.ndarray
+
+
+def _member_mask(table: pa.Table, level: int) -> np.ndarray | pa.ChunkedArray | None:
+    """Which rows of ``table`` are members of level ``level``'s groups; None when all of them are.
+
+    Read with numpy; a table with a row without a path takes the Arrow way (such a row is neither a
+    member nor passed through).
+    """
+    found = C.shape(table)
+    if found is None:
+        return pc.or_(
+            C.depth_mask(table, level, header=False), C.depth_mask(table, level, header=True)
+        )
+    depth, header = found
+    member = np.where(header, depth == level - 1, depth == level)
+    return None if member.all() else member
+
+
+def _local_groups(members: pa.Table, level: int) -> _LocalGroups | None:
+    """Group the member rows of one batch column-wise; None when the batch needs the row-wise buffer.
+
+    That is a batch with a duplicate row (a retried piece: :class:`GroupBuffer` tells an identical
+    replay from a conflict) or a row that does not fit its group (an ordinal past the header's size);
+    then :class:`GroupBuffer` decides, with its errors. Otherwise a group is complete when its header
+    and as many children as it announces are in, and it completes at its last row.
+    """
+    m = members.num_rows
+    if not m:
+        nothing = np.empty(0, np.int64)
+        return _LocalGroups([], nothing, nothing, np.zeros(1, np.int64), nothing)
+    path = C.one_chunk(members[C.PATH])
+    root = C.one_chunk(members[C.ROOT])
+    if path.null_count or root.null_count or path.values.null_count:
+        return None
+    offsets = path.offsets.to_numpy()
+    values = path.values.to_numpy()
+    sizes = members[C.SIZE].to_numpy()  # float, NaN for the children (no group size)
+    header = ~np.isnan(sizes)
+    child = ~header
+    ordinal = np.full(m, -1, np.int64)
+    ordinal[child] = values[offsets[:-1][child] + level - 1]
+    if (ordinal[child] < 0).any():
+        return None
+    if level == 1:  # the parent is the root: group ids in order of first appearance, no Python loop
+        encoded = root.dictionary_encode()
+        gid = encoded.indices.to_numpy().astype(np.int64)
+        names: list[Any] = [(r, ()) for r in encoded.dictionary.to_pylist()]
+    else:
+        at = offsets[:-1, None] + np.arange(level - 1)
+        keys = zip(root.to_pylist(), map(tuple, values[at].tolist()), strict=True)
+        index: dict[Any, int] = {}
+        gid = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, m)
+        names = list(index)
+    order = np.lexsort((ordinal, gid))  # by group; in a group the header (ordinal -1) first
+    group, position = gid[order], ordinal[order]
+    same = group[1:] == group[:-1]
+    if (same & (position[1:] == position[:-1])).any():
+        return None  # a duplicate
+    # group g's rows: order[starts[g]:ends[g]]
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    ends = np.append(starts[1:], m)
+    has_header = position[starts] == -1
+    size = np.where(has_header, np.nan_to_num(sizes[order[starts]], nan=-1), -1).astype(np.int64)
+    count = ends - starts - has_header
+    if (has_header & (count > 0) & (position[ends - 1] >= size)).any():
+        return None  # an ordinal past its header's size
+    complete = has_header & (count == size)
+    done = np.flatnonzero(complete)
+    # in the order they complete: by their last row
+    done = done[np.argsort(np.maximum.reduceat(order, starts)[done])]
+    if len(done) == len(names):
+        rest = np.empty(0, np.int64)
+    else:
+        rest = np.flatnonzero(~complete[gid])
+        rest = rest[np.lexsort((rest, child[rest], gid[rest]))]
+    done_list = done.tolist()
+    return _LocalGroups(
+        keys=[names[g] for g in done_list],
+        headers=order[starts[done]],
+        children=np.concatenate(
+            [order[starts[g] + 1 : ends[g]] for g in done_list] or [np.empty(0, np.int64)]
+        ),
+        bounds=np.concatenate(([0], np.cumsum(size[done]))),
+        partial=rest,
+    )
 
 
 def _rows(group: Group) -> list[dict]:

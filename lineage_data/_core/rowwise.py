@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,48 +55,74 @@ class RowStageOp:
     def __call__(self, table: pa.Table) -> pa.Table:
         """Process one batch."""
         table = C.conform(table)
-        entity = C.depth_mask(table, self._stage.level, header=False)
-        live_mask = pc.and_(entity, pc.equal(table[C.OUTCOME], Outcome.PRESENT.value))
-        parts = [C.lineage_only(table.filter(pc.invert(entity)))]
-        tomb = C.lineage_only(table.filter(pc.and_(entity, pc.invert(live_mask))))
-        tomb = tomb.set_column(
-            tomb.column_names.index(C.OUTCOME),
-            C.OUTCOME,
-            pa.array(outcomes.entering_outcomes(tomb[C.OUTCOME].to_pylist()), pa.string()),
-        )
-        parts.append(tomb)
-        counts = Counter(tomb[C.OUTCOME].to_pylist())
-        live = table.filter(live_mask)
+        masks = self._masks(table)
+        parts: list[pa.Table] = []
+        counts: Counter[str] = Counter()
+        if masks is None:  # every row runs, nothing to pass through
+            live = table
+        else:
+            passing, stopped, running = masks
+            lineage = C.lineage_only(table)
+            parts.append(_rows(lineage, passing))
+            tomb = _rows(lineage, stopped)
+            if tomb.num_rows:
+                entered, counts = _entering(tomb[C.OUTCOME])
+                tomb = tomb.set_column(tomb.column_names.index(C.OUTCOME), C.OUTCOME, entered)
+                parts.append(tomb)
+            live = _rows(table, running)
         if live.num_rows:
             parts.extend(self._run(live, counts))
         elif counts and self._fenced:
             self._coordinator.count(self._stage.name, dict(counts))
         return C.concat([p for p in parts if p.num_rows])
 
+    def _masks(self, table: pa.Table) -> tuple[Any, Any, Any] | None:
+        """Masks of the rows passed through, stopped and run; None when every row runs.
+
+        Passed through: not an entity of the stage's level; stopped: an entity that is not PRESENT.
+        Read with numpy; a table with a row without a path or an outcome takes the Arrow way, where
+        such a row is in none of them.
+        """
+        level = self._stage.level
+        found = C.shape(table)
+        if found is None or table[C.OUTCOME].null_count:
+            entity = C.depth_mask(table, level, header=False)
+            live = pc.and_(entity, pc.equal(table[C.OUTCOME], Outcome.PRESENT.value))
+            return pc.invert(entity), pc.and_(entity, pc.invert(live)), live
+        depth, header = found
+        entity = ~header & (depth == level)
+        outcome = table[C.OUTCOME].to_numpy(zero_copy_only=False)
+        live = entity & (outcome == Outcome.PRESENT.value)
+        if live.all():
+            return None
+        return ~entity, entity & ~live, live
+
     def _run(self, live: pa.Table, counts: Counter[str]) -> list[pa.Table]:
         name = self._stage.name
+        n = live.num_rows
         roots = live[C.ROOT].to_pylist()
-        paths = [tuple(p) for p in live[C.PATH].to_pylist()]
+        paths = C.paths(live[C.PATH], self._stage.level)
         handoff = self._coordinator.handoff(self._index, roots, paths) if self._fenced else None
         barred = handoff.barred if handoff is not None else {}
         tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
-        run_idx = [i for i in range(live.num_rows) if i not in barred]
-        result = (
-            self._call(live.take(run_idx).select(C.user_columns(live.column_names)))
-            if run_idx
-            else None
-        )
+        run_idx = [i for i in range(n) if i not in barred] if barred else list(range(n))
+        run = live.take(run_idx) if barred and run_idx else live
+        result = self._call(run.select(C.user_columns(live.column_names))) if run_idx else None
         if result is not None:
             result = self._conform(result)
         statuses = result.statuses if result is not None else []
+        # The usual batch: every row came back PRESENT (one C-level scan instead of a Python loop).
+        all_present = statuses.count(outcomes.PRESENT) == len(statuses)
         if handoff is not None and result is not None:
             commit = self._coordinator.commit(
                 self._index,
                 handoff.generation,
-                [roots[i] for i in run_idx],
-                [paths[i] for i in run_idx],
-                [s.outcome.value for s in statuses],
-                [s.cause for s in statuses],
+                [roots[i] for i in run_idx] if barred else roots,
+                [paths[i] for i in run_idx] if barred else paths,
+                [Outcome.PRESENT.value] * len(statuses)
+                if all_present
+                else [s.outcome.value for s in statuses],
+                [None] * len(statuses) if all_present else [s.cause for s in statuses],
                 group=result.group,
                 stage=name,
                 counts=dict(counts + Counter(t.outcome.value for _, t in tombs)),
@@ -103,22 +130,26 @@ class RowStageOp:
             verdicts, suppressed = commit.verdicts, commit.suppressed
         else:
             verdicts, suppressed = [Verdict.ACCEPTED] * len(statuses), {}
-        keep: list[int] = []
-        for j, i in enumerate(run_idx):
-            if verdicts[j] is Verdict.STALE:
-                continue  # a newer dispatch owns this row
-            if j in suppressed:
-                tombs.append((i, outcomes.barred(suppressed[j], name)))
-            elif statuses[j].present:
-                keep.append(j)
-            else:
-                tombs.append((i, statuses[j]))
+        if all_present and not suppressed and Verdict.STALE not in verdicts:
+            keep = list(range(len(run_idx)))
+        else:
+            keep = []
+            for j, i in enumerate(run_idx):
+                if verdicts[j] is Verdict.STALE:
+                    continue  # a newer dispatch owns this row
+                if j in suppressed:
+                    tombs.append((i, outcomes.barred(suppressed[j], name)))
+                elif statuses[j].present:
+                    keep.append(j)
+                else:
+                    tombs.append((i, statuses[j]))
         out = []
         if tombs:
             out.append(C.rows_to_table([_tombstone(roots[i], paths[i], st) for i, st in tombs]))
         if keep and result is not None:
-            values = result.table.take(keep)
-            lineage = C.lineage_only(live.take([run_idx[j] for j in keep]))
+            whole = len(keep) == len(run_idx)
+            values = result.table if whole else result.table.take(keep)
+            lineage = C.lineage_only(run if whole else live.take([run_idx[j] for j in keep]))
             for column in lineage.column_names:
                 values = values.append_column(column, lineage[column])
             out.append(values)
@@ -134,6 +165,29 @@ class RowStageOp:
             if statuses[i].present:
                 statuses[i] = outcomes.rejected(cause, self._stage.name)
         return BatchResult(table, statuses, result.group)
+
+
+def _rows(table: pa.Table, mask: Any) -> pa.Table:
+    return C.pick(table, mask) if isinstance(mask, np.ndarray) else table.filter(mask)
+
+
+def _entering(column: pa.ChunkedArray) -> tuple[pa.Array, Counter[str]]:
+    """:func:`outcomes.entering_outcomes` over an outcome column, and the outcomes it gives, counted.
+
+    The rule is applied to each distinct value once (a batch holds a few), not to every row.
+    """
+    if column.null_count:  # not an outcome: the rule raises, as it does row by row
+        values = outcomes.entering_outcomes(column.to_pylist())
+        return pa.array(values, pa.string()), Counter(values)
+    encoded = column.combine_chunks().dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    entered = outcomes.entering_outcomes(distinct)
+    counts: Counter[str] = Counter()
+    for value, n in zip(
+        entered, np.bincount(encoded.indices.to_numpy(), minlength=len(distinct)), strict=True
+    ):
+        counts[value] += int(n)
+    return pa.array(entered, pa.string()).take(encoded.indices), counts
 
 
 def _tombstone(root: str, path: tuple[int, ...], status: Status) -> dict:

@@ -181,7 +181,9 @@ def _pixels(data):
     import av
 
     with av.open(io.BytesIO(data)) as container:
-        return [frame.to_ndarray(format="rgb24").tobytes() for frame in container.decode(video=0)]
+        stream = container.streams.video[0]
+        stream.codec_context.thread_count = 1  # one decoding thread: nothing depends on scheduling
+        return [frame.to_ndarray(format="rgb24").tobytes() for frame in container.decode(stream)]
 
 
 def test_make_video_is_deterministic_per_seed():
