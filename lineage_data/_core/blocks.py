@@ -39,7 +39,7 @@ def rows_per_block(plan: Plan, index: int) -> int:
     """Rows per block of the children that the expansion at ``index`` emits.
 
     The first stage on the children's level with a ``batch_size`` decides: one block is one of its
-    batches (several for a CPU function, see :func:`_batches_per_block`). A stage before it without one (``filter``, ``map``, ``map_batches`` taking whole blocks)
+    batches (several for a CPU function, see :func:`batches_per_block`). A stage before it without one (``filter``, ``map``, ``map_batches`` taking whole blocks)
     may be costly per row, so the blocks stay small (:data:`DEFAULT_ROWS_PER_BLOCK`) if no stage says
     more; so do the blocks of a nested expansion (each child is a parent again and should spread).
     Children that go straight to a reduce or out of the plan take wide blocks.
@@ -51,12 +51,12 @@ def rows_per_block(plan: Plan, index: int) -> int:
         if isinstance(stage, Reduce):
             break
         if isinstance(stage, MapBatches) and stage.batch_size is not None:
-            return _batches_per_block(stage) * stage.batch_size
+            return batches_per_block(stage) * stage.batch_size
         unsized = True
     return DEFAULT_ROWS_PER_BLOCK if unsized else WIDE_ROWS_PER_BLOCK
 
 
-def _batches_per_block(stage: MapBatches) -> int:
+def batches_per_block(stage: MapBatches) -> int:
     """How many of the stage's batches one block holds.
 
     One for a stage on an actor pool, on GPUs or on custom resources: each block is a work item an

@@ -166,21 +166,31 @@ class RootIndex:
 
     def add(self, ids: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
         """The slot of every id; ids not in the index yet take the next slots."""
+        return self.add_known(ids)[0]
+
+    def add_known(
+        self, ids: pa.Array | pa.ChunkedArray | Sequence[str], *, all_new: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`add`, and which ids were in the index before (one lookup for both).
+
+        With ``all_new``, nothing is added when any id was known (the caller refuses the batch).
+        """
         strings = as_strings(ids)
         hashes = hash_strings(strings)
         slots, taken = self._find(strings, hashes)
-        new = np.flatnonzero(slots < 0)
-        if not len(new):
-            return slots
+        known = slots >= 0
+        new = np.flatnonzero(~known)
+        if not len(new) or (all_new and len(new) < len(known)):
+            return slots, known
         order = np.argsort(hashes[new], kind="stable")
         ranked = hashes[new][order]
         if taken[new].any() or (ranked[1:] == ranked[:-1]).any():
-            return self._add_repeated(strings, hashes, slots, taken, new)
+            return self._add_repeated(strings, hashes, slots, taken, new), known
         base = len(self)
         slots[new] = base + np.arange(len(new))
         self._names.append(strings.take(pa.array(new)))  # a copy: never pin the caller's batch
         self._insert(_Run(ranked, base + order, ranked=True))
-        return slots
+        return slots, known
 
     def _add_repeated(
         self,

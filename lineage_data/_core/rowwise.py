@@ -14,7 +14,7 @@ from lineage_data._core import outcomes
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.stages import Filter, MapBatches, MapRows
 from lineage_data._core.state import Verdict
-from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller
+from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, merge
 
 
 class RowStageOp:
@@ -36,6 +36,11 @@ class RowStageOp:
         self._fenced = stage.level > 0
         self._types = C.EstablishedTypes(coordinator, stage.name)
         fn = stage.call.bind()
+        # A block of several of the stage's batches (a CPU function's, see _core.blocks) is one
+        # hand-off and one commit; the function still gets ``batch_size`` rows at a time.
+        self._batch_rows = (
+            stage.batch_size if isinstance(stage, MapBatches) and self._fenced else None
+        )
         if isinstance(stage, MapBatches):
             self._call: BatchCaller | RowCaller = BatchCaller(
                 fn,
@@ -106,8 +111,14 @@ class RowStageOp:
         barred = handoff.barred if handoff is not None else {}
         tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
         run_idx = [i for i in range(n) if i not in barred] if barred else list(range(n))
-        run = live.take(run_idx) if barred and run_idx else live
-        result = self._call(run.select(C.user_columns(live.column_names))) if run_idx else None
+        batches: list[int] | None = None
+        if run_idx and self._batch_rows and len(run_idx) > self._batch_rows:
+            result, run_idx, batches = self._call_batches(live, run_idx, roots, paths, tombs)
+        else:
+            user = live.select(C.user_columns(live.column_names))
+            result = self._call(user.take(run_idx) if barred else user) if run_idx else None
+        partial = len(run_idx) < n  # some rows were barred: the lists below are the rows run
+        run = live.take(run_idx) if partial and run_idx else live
         if result is not None:
             result = self._conform(result)
         statuses = result.statuses if result is not None else []
@@ -117,14 +128,15 @@ class RowStageOp:
             commit = self._coordinator.commit(
                 self._index,
                 handoff.generation,
-                [roots[i] for i in run_idx] if barred else roots,
-                [paths[i] for i in run_idx] if barred else paths,
+                [roots[i] for i in run_idx] if partial else roots,
+                [paths[i] for i in run_idx] if partial else paths,
                 [Outcome.PRESENT.value] * len(statuses)
                 if all_present
                 else [s.outcome.value for s in statuses],
                 [None] * len(statuses) if all_present else [s.cause for s in statuses],
                 group=result.group,
                 stage=name,
+                batches=batches,
                 counts=dict(counts + Counter(t.outcome.value for _, t in tombs)),
             )
             verdicts, suppressed = commit.verdicts, commit.suppressed
@@ -154,6 +166,52 @@ class RowStageOp:
                 values = values.append_column(column, lineage[column])
             out.append(values)
         return out
+
+    def _call_batches(
+        self,
+        live: pa.Table,
+        run_idx: list[int],
+        roots: list[str],
+        paths: list[tuple[int, ...]],
+        tombs: list[tuple[int, Status]],
+    ) -> tuple[BatchResult | None, list[int], list[int]]:
+        """Call the function on ``batch_size`` rows at a time.
+
+        Returns the result, the rows run and the number of the call that ran each.
+
+        A GroupFailure bars its parent's siblings in the later batches of the block, as the
+        coordinator's barrier would at their hand-off (they become barred tombs, not run).
+        """
+        assert self._batch_rows is not None
+        user = live.select(C.user_columns(live.column_names))
+        stopped: dict[tuple, str] = {}
+        results: list[BatchResult] = []
+        ran: list[int] = []
+        calls: list[int] = []
+        for start in range(0, len(run_idx), self._batch_rows):
+            chunk = []
+            for i in run_idx[start : start + self._batch_rows]:
+                cause = stopped.get((roots[i], paths[i][:-1])) if stopped else None
+                if cause is None:
+                    chunk.append(i)
+                else:
+                    tombs.append((i, outcomes.barred(cause, self._stage.name)))
+            if not chunk:
+                continue
+            result = self._call(user.take(chunk))
+            for j in np.flatnonzero(result.group).tolist() if any(result.group) else ():
+                if not result.statuses[j].present:
+                    key = (roots[chunk[j]], paths[chunk[j]][:-1])
+                    stopped.setdefault(key, result.statuses[j].cause or "")
+            calls.extend([len(results)] * len(chunk))
+            results.append(result)
+            ran.extend(chunk)
+        if not results:
+            return None, ran, calls
+        merged = results[0]
+        for result in results[1:]:
+            merged = merge(merged, result, self._stage.name)
+        return merged, ran, calls
 
     def _conform(self, result: BatchResult) -> BatchResult:
         """Values whose types conflict with the stage's established ones (other batches) fail."""

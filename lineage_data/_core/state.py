@@ -120,15 +120,14 @@ class LineageState:
             self._blocks.add(key)
             return
         # the block is new, so a root registered before was registered by another block
-        known = self._roots.find(roots)
-        if (known >= 0).any():
-            root = roots[int((known >= 0).argmax())]
+        _, known = self._roots.add_known(roots, all_new=True)
+        if known.any():
+            root = roots[int(known.argmax())]
             root = root.as_py() if isinstance(root, pa.Scalar) else root
             raise DuplicateRootError(
                 f"duplicate lineage root id {root!r}: source ids must be unique"
             )
         self._blocks.add(key)
-        self._roots.add(roots)
 
     def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:
         """Roots registered after the first ``cursor`` ones, and the new cursor (for the driver).
@@ -169,18 +168,23 @@ class LineageState:
         group: Sequence[bool],
         stage: str = "",
         counts: dict[str, int] | None = None,
+        batches: Sequence[int] | None = None,
     ) -> CommitResult:
         """Results of one dispatch. Installs barriers for GroupFailures, then fences every unit.
 
         A unit whose generation is not current is STALE (its result must be discarded). A unit already
         committed with the same outcome and cause is a REPLAY; with another, a :class:`FencingError`.
         A sibling of a barred parent that ran concurrently with the failure comes back SUPPRESSED.
+        ``batches`` numbers the function calls of a dispatch that ran its units in several (in order):
+        a sibling that ran in a call before the failure's had finished and keeps its outcome, as if it
+        had been committed on its own first.
         ``counts`` are outcome counts of the batch's other rows (barred, passed through), added to the
         stage's counts together with the outcomes of the units committed here.
         """
         self._reports += 1
         units = [_split(root, tuple(path)) for root, path in zip(roots, paths, strict=True)]
         verdicts = [self._fence(stage_index, generation, pid, ordinal) for pid, ordinal in units]
+        failed_in: dict[ParentId, int] = {}  # barriers installed here: the call of the failure
         for i, (pid, _) in enumerate(units):
             if group[i] and verdicts[i] is not Verdict.STALE and pid[1] is not None:
                 parent = self._parents[pid]
@@ -189,6 +193,9 @@ class LineageState:
                     parent.barrier = Barrier(
                         stage_index, causes[i] or "GroupFailure", self._generation
                     )
+                    failed_in[pid] = batches[i] if batches is not None else 0
+                elif pid in failed_in and batches is not None:
+                    failed_in[pid] = min(failed_in[pid], batches[i])
         suppressed: dict[int, str] = {}
         tally: Counter[str] = Counter(counts or {})
         for i, (pid, ordinal) in enumerate(units):
@@ -197,11 +204,13 @@ class LineageState:
             parent = self._parents[pid]
             barrier = parent.barrier
             outcome = outcomes[i]
+            earlier = batches is not None and pid in failed_in and batches[i] < failed_in[pid]
             if (
                 barrier is not None
                 and barrier.stage_index <= stage_index
                 and not group[i]
                 and outcome != "FAILED"
+                and not earlier
             ):
                 suppressed[i] = barrier.cause
                 outcome = "SUPPRESSED"

@@ -13,6 +13,7 @@ from ray.data import ActorPoolStrategy
 from ray.data._internal.util import get_compute_strategy
 
 from lineage_data._core import columns as C
+from lineage_data._core.blocks import batches_per_block
 from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
@@ -166,6 +167,8 @@ def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped) -> Any:
     # A reduce takes whole blocks: each reduces the parents its block completes; partial groups
     # wait in the stage's hash-partitioned holder actors.
     batch_size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
+    if isinstance(stage, MapBatches) and stage.level > 0 and batches_per_block(stage) > 1:
+        batch_size = None  # a whole block: one hand-off and commit, the operator cuts the batches
     # Ray's public map_batches refuses GPUs without a batch size; Ray's own row verbs (map, filter,
     # flat_map) go through map_batches_internal, which does not. map_batches checked it at plan time.
     ds = ds.map_batches_internal(

@@ -53,3 +53,13 @@ def test_hash_is_a_function_of_the_bytes_only():
 def test_null_ids_are_refused():
     with pytest.raises(ValueError, match="null"):
         RootIndex().add(pa.array(["a", None]))
+
+
+def test_add_known_says_which_ids_were_there_and_all_new_refuses_a_batch_with_one():
+    index = RootIndex()
+    slots, known = index.add_known(["a", "b"])
+    assert slots.tolist() == [0, 1] and known.tolist() == [False, False]
+    slots, known = index.add_known(["c", "a"], all_new=True)
+    assert known.tolist() == [False, True] and len(index) == 2  # refused: "c" not added
+    slots, known = index.add_known(["c", "a"])
+    assert slots.tolist() == [2, 0] and known.tolist() == [False, True] and len(index) == 3

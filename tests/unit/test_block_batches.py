@@ -1,0 +1,66 @@
+"""A block of several batches (a CPU function's): one hand-off and one commit, batches of batch_size."""
+
+import pyarrow as pa
+
+import lineage_data as ld
+from lineage_data._core import columns as C
+from lineage_data._core.expand import ExpandOp
+from lineage_data._core.rowwise import RowStageOp
+from lineage_data._core.source import with_lineage
+from lineage_data._core.state import LineageState
+
+
+class Counting(LineageState):
+    """The lineage state, counting the calls an operator makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def handoff(self, *args, **kwargs):
+        self.calls.append("handoff")
+        return super().handoff(*args, **kwargs)
+
+    def commit(self, *args, **kwargs):
+        self.calls.append("commit")
+        return super().commit(*args, **kwargs)
+
+
+def pages(row):
+    return ({"page": i} for i in range(row["n"]))
+
+
+def test_a_block_of_batches_is_one_hand_off_and_a_group_failure_bars_later_siblings():
+    seen = []
+
+    def ocr(batch):
+        seen.append(len(batch["page"]))
+        # doc "a", page 2 fails its whole group; later pages of "a" must not run
+        return {
+            "text": [
+                ld.GroupFailure("blank") if (d, p) == ("a", 2) else f"{d}{p}"
+                for d, p in zip(batch["d"], batch["page"], strict=True)
+            ]
+        }
+
+    plan = (
+        ld.from_items([{"d": "a", "n": 7}, {"d": "b", "n": 3}], id_column="d")
+        .expand_lineage(pages, carry=["d"])
+        .map_batches(ocr, batch_size=2)
+        .plan
+    )
+    state = Counting()
+    rows = [{"d": "a", "n": 7}, {"d": "b", "n": 3}]
+    source = with_lineage(pa.Table.from_pylist(rows), ["a", "b"])
+    block = C.concat(list(ExpandOp(plan.stages[0], 0, state, rows_per_block=64)(source)))
+    out = RowStageOp(plan.stages[1], 1, state)(block)
+    assert state.calls == ["handoff", "commit"]
+    # calls of 2 rows: a0 a1 | a2 a3 | (a4 a5 a6 barred) b0 | b1 b2
+    assert seen == [2, 2, 1, 2]
+    children = out.filter(pa.compute.is_null(out[C.SIZE])).to_pylist()
+    by_child = {(r[C.ROOT], r[C.PATH][-1]): (r[C.OUTCOME], r[C.CAUSE]) for r in children}
+    # as with one commit per call: a0 a1 finished before the failure, a3 ran beside it
+    assert [by_child[("a", p)] for p in (0, 1)] == [("PRESENT", None)] * 2
+    assert by_child[("a", 2)] == ("FAILED", "blank")
+    assert {by_child[("a", p)] for p in range(3, 7)} == {("SUPPRESSED", "blank")}
+    assert {by_child[("b", p)][0] for p in range(3)} == {"PRESENT"}
