@@ -22,8 +22,9 @@ class RowStageOp:
 
     Only PRESENT entities of the stage's level reach the user function; headers and rows of other levels
     pass through; FAILED/SUPPRESSED inputs come out SUPPRESSED and DROPPED ones stay DROPPED. Two
-    coordinator calls per batch: ``handoff`` before the function (barriers, generation) and ``commit``
-    after it (new barriers, fencing, counts).
+    coordinator calls per block: ``handoff`` before the function (barriers, generation) and ``commit``
+    after it (new barriers, fencing, counts); a ``map_batches`` block bigger than its ``batch_size`` is
+    cut into calls of that size in between.
     """
 
     def __init__(self, stage: MapBatches | MapRows | Filter, index: int, coordinator: Any) -> None:

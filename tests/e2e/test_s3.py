@@ -160,9 +160,9 @@ def test_aws_variables_configure_s3_urls(s3_env, s3_bucket):
     assert fs.config_kwargs["s3"] == {"addressing_style": "path"}  # AWS_ENDPOINT_URL is custom
     fs.pipe(f"{path}/one.txt", b"via env")
     assert fs.cat(f"{path}/one.txt") == b"via env"
-    assert [
-        f.rsplit("/", 1)[-1] for f, _ in ld.read_files(url + "/shards").plan.source.payload[1]
-    ] == ["one.txt"]
+    assert [f.rsplit("/", 1)[-1] for f, _ in ld.read_files(url + "/shards").plan.source.files] == [
+        "one.txt"
+    ]
 
 
 def _profile_files(tmp_path, server, *, secret):
@@ -192,8 +192,8 @@ def test_aws_profile_with_shared_files_works(s3_server, s3_bucket, aws_env, tmp_
     profiled, path = resolve_filesystem(url + "/in")
     assert profiled.config_kwargs["s3"] == {"addressing_style": "path"}  # the profile's endpoint
     assert profiled.ls(path, detail=False) == [f"{path}/a.pdf"]
-    files = ld.read_files(url + "/in").plan.source.payload[1]
-    assert files == [(f"{url}/in/a.pdf", 4)]
+    files = ld.read_files(url + "/in").plan.source.files
+    assert list(files) == [(f"{url}/in/a.pdf", 4)]
     check_access(profiled, url)
 
 
