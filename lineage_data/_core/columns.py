@@ -221,7 +221,7 @@ def lineage_only(table: pa.Table) -> pa.Table:
 # -- bad input: building Arrow data from user values, one root's bad values failing that root only ---------
 
 TYPE_CONFLICT = "TypeConflict"
-_CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -283,7 +283,7 @@ def _value_type(name: str, value: Any) -> pa.DataType | str:
     """The Arrow type of one value, or the cause of a row whose value Arrow cannot hold."""
     try:
         return pa.array([value]).type
-    except _CONVERSION_ERRORS:
+    except CONVERSION_ERRORS:
         kind = type(value).__name__
         return f"{TYPE_CONFLICT}: column {name!r} cannot store a value of type {kind} in Arrow"
 
@@ -314,7 +314,7 @@ def build_columns(
             continue
         try:
             array = pa.array(values)
-        except _CONVERSION_ERRORS:
+        except CONVERSION_ERRORS:
             break
         if unify_types(types.get(name), array.type) is None:
             break
@@ -381,7 +381,7 @@ def _isolate(
             kept = [None if i in failed else v for i, v in enumerate(values)]
             try:
                 arrays[name] = pa.array(kept, type=targets[name])
-            except _CONVERSION_ERRORS:
+            except CONVERSION_ERRORS:
                 misfit = name
                 break
         if misfit is None:
@@ -392,7 +392,7 @@ def _isolate(
         for i, value in live:
             try:
                 pa.array([value], type=target)
-            except _CONVERSION_ERRORS:
+            except CONVERSION_ERRORS:
                 forced.setdefault(
                     keys[i],
                     f"{TYPE_CONFLICT}: column {misfit!r} has {target} and a "
@@ -533,7 +533,7 @@ class EstablishedTypes:
                 continue
             try:
                 column = table[f.name].cast(established)
-            except _CONVERSION_ERRORS:
+            except CONVERSION_ERRORS:
                 cause = f"{TYPE_CONFLICT}: column {f.name!r} has {established} and {f.type}"
                 valid = table[f.name].is_valid().to_pylist()
                 failed.update({i: cause for i, ok in enumerate(valid) if ok})

@@ -150,5 +150,5 @@ def _rows_table(items: Sequence[dict], names: list[str]) -> pa.Table | None:
         return None
     try:
         return pa.Table.from_pylist(list(items))
-    except C._CONVERSION_ERRORS:  # noqa: SLF001 - the same errors build_columns catches
+    except C.CONVERSION_ERRORS:  # the same errors build_columns catches
         return None
