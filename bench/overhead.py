@@ -18,7 +18,7 @@ from bench.measure import results_path, write_json
 from bench.workload import identity
 
 ROWS = {"smoke": 10_000, "small": 100_000, "full": 1_000_000}
-REPEATS = {"smoke": 1, "small": 3, "full": 2}  # best of: the machine is shared
+REPEATS = {"smoke": 1, "small": 3, "full": 3}  # best of: the machine is shared
 BATCH = 1024
 
 

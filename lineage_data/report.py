@@ -58,16 +58,20 @@ class RunReport:
                 }
             )
         terminal = snapshot["terminal"]
-        parents = pl.DataFrame(
-            {
-                "root": list(terminal),
-                "outcome": [t[0] for t in terminal.values()],
-                "cause": [t[1] for t in terminal.values()],
-                "stage": [t[2] for t in terminal.values()],
-                "committed_s": [float(t[3]) for t in terminal.values()],
-            },
-            schema=_PARENT_SCHEMA,
-        ).sort("committed_s")
+        if hasattr(terminal, "to_arrow"):  # a ledger's TerminalRows: columns, no row per root
+            parents = pl.DataFrame(terminal.to_arrow(), schema=_PARENT_SCHEMA)
+        else:
+            parents = pl.DataFrame(
+                {
+                    "root": list(terminal),
+                    "outcome": [t[0] for t in terminal.values()],
+                    "cause": [t[1] for t in terminal.values()],
+                    "stage": [t[2] for t in terminal.values()],
+                    "committed_s": [float(t[3]) for t in terminal.values()],
+                },
+                schema=_PARENT_SCHEMA,
+            )
+        parents = parents.sort("committed_s")
         return cls(
             stages=pl.DataFrame(stage_rows, schema=_STAGE_SCHEMA),
             parents=parents,

@@ -35,6 +35,7 @@ OUTCOMES = tuple(
     o.value for o in Outcome
 )  # a root's outcome code is its index here + 1 (0: not yet)
 _OUTCOME_SET = pa.array(OUTCOMES, pa.string())
+_OUTCOME_NAMES = pa.array((None, *OUTCOMES), pa.string())  # by code
 _DONE = 0x07  # the outcome code bits of a root's flags
 _EXPECTED = 0x08  # a source announced the root
 
@@ -255,6 +256,17 @@ class Ledger:
         slot = int(self._index.find([root])[0])
         return slot >= 0 and bool(self._flags.data[slot] & _DONE)
 
+    def expect_arrived(self) -> None:
+        """Expect every root that arrived so far: delivered ones, and those with rows still missing.
+
+        For a source that does not name its roots: a root seen in part is then :meth:`missing`.
+        """
+        if self._partial:
+            self.expect(list(self._partial))
+        size = len(self._index)
+        self._flags.data[:size] |= _EXPECTED
+        self._expected = size
+
     def missing(self) -> list[str]:
         """Expected roots not complete at the consumer, sorted."""
         flags = self._flags.data[: len(self._index)]
@@ -297,7 +309,7 @@ class Ledger:
         """Every delivered root's terminal row: ``root -> (outcome, cause, stage, committed_s)``."""
         order = self._order.data[: self._done]
         return TerminalRows(
-            self._index.ids(order).to_pylist(),
+            self._index.ids(order),
             self._flags.data[order] & _DONE,
             self._seconds.data[order],
             order,
@@ -334,13 +346,14 @@ class TerminalRows(Mapping[str, TerminalRow]):
 
     def __init__(
         self,
-        roots: list[str],
+        roots: pa.StringArray | list[str],
         codes: np.ndarray,
         seconds: np.ndarray,
         slots: np.ndarray,
         detail: Mapping[int, tuple[str | None, str | None]],
     ) -> None:
-        self._roots = roots
+        self._ids = roots if isinstance(roots, pa.Array) else pa.array(roots, pa.string())
+        self._list: list[str] | None = None  # the ids as Python strings, made on first use
         self._codes = codes
         self._seconds = seconds
         self._details: dict[int, tuple[str | None, str | None]] = {}  # position -> detail
@@ -351,8 +364,14 @@ class TerminalRows(Mapping[str, TerminalRow]):
         self._values: list[TerminalRow] | None = None
         self._where: dict[str, int] | None = None
 
+    @property
+    def _roots(self) -> list[str]:
+        if self._list is None:
+            self._list = self._ids.to_pylist()
+        return self._list
+
     def __len__(self) -> int:
-        return len(self._roots)
+        return len(self._ids)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._roots)
@@ -361,6 +380,25 @@ class TerminalRows(Mapping[str, TerminalRow]):
         if self._where is None:
             self._where = {r: i for i, r in enumerate(self._roots)}
         return self.values()[self._where[root]]
+
+    def to_arrow(self) -> pa.Table:
+        """The rows as columns ``root, outcome, cause, stage, committed_s``: no Python object per root."""
+        n = len(self._ids)
+        causes = np.full(n, None, dtype=object)
+        stages = np.full(n, None, dtype=object)
+        if self._details:
+            at = np.fromiter(self._details, dtype=np.int64, count=len(self._details))
+            causes[at] = [d[0] for d in self._details.values()]
+            stages[at] = [d[1] for d in self._details.values()]
+        return pa.table(
+            {
+                "root": self._ids,
+                "outcome": _OUTCOME_NAMES.take(pa.array(self._codes, pa.uint8())),
+                "cause": pa.array(causes, pa.string(), from_pandas=True),
+                "stage": pa.array(stages, pa.string(), from_pandas=True),
+                "committed_s": pa.array(np.asarray(self._seconds, dtype=np.float64)),
+            }
+        )
 
     def values(self) -> list[TerminalRow]:  # type: ignore[override]
         """Every terminal row, in completion order."""

@@ -97,8 +97,8 @@ class RowStageOp:
             return pc.invert(entity), pc.and_(entity, pc.invert(live)), live
         depth, header = found
         entity = ~header & (depth == level)
-        outcome = table[C.OUTCOME].to_numpy(zero_copy_only=False)
-        live = entity & (outcome == Outcome.PRESENT.value)
+        present = pc.equal(table[C.OUTCOME], Outcome.PRESENT.value)  # no Python string per row
+        live = entity & np.asarray(present.to_numpy(zero_copy_only=False), dtype=bool)
         if live.all():
             return None
         return ~entity, entity & ~live, live
@@ -106,8 +106,10 @@ class RowStageOp:
     def _run(self, live: pa.Table, counts: Counter[str]) -> list[pa.Table]:
         name = self._stage.name
         n = live.num_rows
-        roots = live[C.ROOT].to_pylist()
-        paths = C.paths(live[C.PATH], self._stage.level)
+        # ids and paths as Python values: for the coordinator and for tombstones only (an unfenced
+        # batch that comes back whole needs neither: no Python object per row)
+        roots: list[str] = live[C.ROOT].to_pylist() if self._fenced else []
+        paths: list[tuple[int, ...]] = C.paths(live[C.PATH], self._stage.level) if roots else []
         handoff = self._coordinator.handoff(self._index, roots, paths) if self._fenced else None
         barred = handoff.barred if handoff is not None else {}
         tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
@@ -141,10 +143,12 @@ class RowStageOp:
                 counts=dict(counts + Counter(t.outcome.value for _, t in tombs)),
             )
             verdicts, suppressed = commit.verdicts, commit.suppressed
+            stale = Verdict.STALE in verdicts
         else:
-            verdicts, suppressed = [Verdict.ACCEPTED] * len(statuses), {}
-        if all_present and not suppressed and Verdict.STALE not in verdicts:
-            keep = list(range(len(run_idx)))
+            verdicts, suppressed, stale = [Verdict.ACCEPTED] * len(statuses), {}, False
+        keep: list[int] | range
+        if all_present and not suppressed and not stale:
+            keep = range(len(run_idx))
         else:
             keep = []
             for j, i in enumerate(run_idx):
@@ -158,14 +162,20 @@ class RowStageOp:
                     tombs.append((i, statuses[j]))
         out = []
         if tombs:
+            if not roots:
+                roots = live[C.ROOT].to_pylist()
+                paths = C.paths(live[C.PATH], self._stage.level)
             out.append(C.rows_to_table([_tombstone(roots[i], paths[i], st) for i, st in tombs]))
         if keep and result is not None:
             whole = len(keep) == len(run_idx)
             values = result.table if whole else result.table.take(keep)
             lineage = C.lineage_only(run if whole else live.take([run_idx[j] for j in keep]))
-            for column in lineage.column_names:
-                values = values.append_column(column, lineage[column])
-            out.append(values)
+            out.append(
+                pa.Table.from_arrays(
+                    [*values.columns, *lineage.columns],
+                    names=[*values.column_names, *lineage.column_names],
+                )
+            )
         return out
 
     def _call_batches(

@@ -146,7 +146,12 @@ class Execution:
         self._on_report = on_report
         self._started = time.time()
         self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
+        # A Ray Dataset source names its roots only as it reads them (each source task registers its
+        # block with the coordinator, which refuses duplicate ids). The driver mirrors that registry
+        # only where a root can vanish without a trace: in a reduce's holders. Elsewhere Ray re-runs
+        # what a fault interrupted, and every root that arrived is checked complete at the end.
         self._from_ray = isinstance(plan.source, RaySource)
+        self._mirror = self._from_ray and any(isinstance(s, Reduce) for s in plan.stages)
         self._supervisor = Supervisor()
         self._supervisor.chore(self._chores)
         self._pass = _Pass(plan, self._supervisor)
@@ -162,11 +167,12 @@ class Execution:
     # -- driver-side chores (supervisor thread) ----------------------------------------------------
     def _chores(self) -> None:
         current = self._pass
-        with self._lock:
-            done, self._forgotten = self._ledger.completed_since(self._forgotten)
-        if done:
-            current.forget(done)
-        if self._from_ray:
+        if current.holders:  # holders drop what they keep for roots the consumer has (no Python
+            with self._lock:  # string per root otherwise)
+                done, self._forgotten = self._ledger.completed_since(self._forgotten)
+            if done:
+                current.forget(done)
+        if self._mirror:
             self._mirror_registry(current)
 
     def _mirror_registry(self, current: _Pass) -> None:
@@ -257,8 +263,11 @@ class Execution:
         while True:
             current = self._pass
             yield current
-            if self._from_ray:
+            if self._mirror:
                 self._mirror_registry(current)
+            elif self._from_ray:
+                with self._lock:
+                    self._ledger.expect_arrived()
             current.finish()
             self._passes.append(current)
             current.close()

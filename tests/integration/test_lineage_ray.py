@@ -172,6 +172,32 @@ def test_duplicate_ids_from_ray_are_a_clear_error():
         ld.from_ray(src, id_column="id").take_all()
 
 
+def test_duplicate_ids_in_two_blocks_of_a_map_only_from_ray_plan_are_a_clear_error():
+    # no reduce: the driver does not mirror the registry, the coordinator still refuses the ids
+    src = ray.data.from_items([{"id": i % 4} for i in range(8)], override_num_blocks=2)
+    ds = ld.from_ray(src, id_column="id").map_batches(lambda b: b, batch_size=2)
+    with pytest.raises(ld.DuplicateRootError, match="duplicate lineage root id"):
+        ds.take_all()
+
+
+def test_from_ray_source_tasks_do_not_carry_the_users_dataset():
+    from lineage_data._ray.lower import source_dataset
+
+    class Client:  # the source step only registers
+        def for_stage(self, stage):
+            return self
+
+    rows = [{"id": i, "pad": "x" * 200} for i in range(4000)]
+    src = ray.data.from_items(rows, override_num_blocks=100)
+    for plan in (
+        ld.from_ray(src, id_column="id").plan,
+        ld.from_ray(src).plan.restricted(frozenset({"1"})),
+    ):
+        inject = source_dataset(plan, Client())._logical_plan.dag.fn
+        # its plan without the source (the Dataset pickled with it was ~200 KB for 200 blocks)
+        assert len(ray.cloudpickle.dumps(inject)) < 8_000
+
+
 def test_from_ray_read_files_and_write_parquet(tmp_path):
     src = ray.data.from_items([{"id": f"k{i}", "n": i % 3} for i in range(6)])
     ds = ld.from_ray(src, id_column="id").expand_lineage(pages).reduce_lineage()

@@ -95,6 +95,23 @@ def test_open_level_root_with_a_lost_row_is_missing_and_a_repair_drops_what_arri
     assert repair[C.PATH].to_pylist() == [[0]] and ledger.missing() == []
 
 
+def test_a_source_that_names_no_roots_expects_every_root_that_arrived_whole_or_in_part():
+    plan = (
+        ld.from_items([{"d": "x", "n": 5}, {"d": "y", "n": 1}], id_column="d").expand_lineage(
+            lambda r: ({"p": i} for i in range(r["n"]))
+        )
+    ).plan
+    rows = C.concat(open_rows(plan)).to_pylist()
+    ledger = Ledger(1, [], started_at=0.0)  # a Ray Dataset source: nothing announced up front
+    x_child_0 = next(r for r in rows if r[C.ROOT] == "x" and r[C.PATH] == [0])
+    ledger.take(C.rows_to_table([r for r in rows if r is not x_child_0]).drop_columns([C.PARENT]))
+    assert ledger.missing() == [] and ledger.progress()["total"] == 0
+    ledger.expect_arrived()
+    assert ledger.missing() == ["x"] and ledger.progress()["total"] == 2
+    ledger.take(C.rows_to_table([x_child_0]).drop_columns([C.PARENT]))
+    assert ledger.missing() == [] and ledger.delivered("x") and ledger.delivered("y")
+
+
 def test_holder_hands_a_completed_group_again_to_a_retried_piece_until_forgotten():
     plan = (
         ld.from_items([{"d": "x", "n": 3}], id_column="d").expand_lineage(
@@ -174,6 +191,17 @@ def test_terminal_rows_keep_causes_of_failed_roots_and_count_without_a_loop():
     assert derived_counts(stages, derived, terminal) == derived_counts(
         stages, derived, dict(terminal)
     )
+    # the report's columns (built without a Python row per root) say the same as the mapping
+    columns = terminal.to_arrow().to_pylist()
+    assert [
+        (r["root"], r["outcome"], r["cause"], r["stage"], r["committed_s"]) for r in columns
+    ] == [(root, *row) for root, row in terminal.items()]
+    from lineage_data.report import RunReport
+
+    snapshot = {"counts": {}, "progress": {"reports": 0}}
+    report = RunReport.from_snapshot({**snapshot, "terminal": terminal}, {}, 1.0)
+    same = RunReport.from_snapshot({**snapshot, "terminal": dict(terminal)}, {}, 1.0)
+    assert report.parents.sort("root").equals(same.parents.sort("root"))
 
 
 def test_completed_since_names_roots_in_completion_order():
