@@ -554,7 +554,15 @@ class LineageDataset:
             ray.put(t) for t in self._execution().iter_tables(prefetch_batches=1) if t.num_rows
         )
         report = self.report()
-        roots = tuple(report.parents["root"].to_list()) if self.level == 0 else None
+        roots = None
+        if (
+            self.level == 0
+        ):  # in source order where the source names its roots (take(n) = the same n)
+            roots = tuple(report.parents["root"].to_list())
+            named = self._plan.source.roots
+            if named is not None:
+                delivered = set(roots)
+                roots = tuple(r for r in named if r in delivered)
         source = MaterializedSource(
             refs=refs, id_column=C.ROOT, level=self.level, roots=roots, columns=None
         )

@@ -71,7 +71,7 @@ class RunReport:
                 },
                 schema=_PARENT_SCHEMA,
             )
-        parents = parents.sort("committed_s")
+        parents = parents.sort("committed_s", maintain_order=True)  # ties stay in commit order
         return cls(
             stages=pl.DataFrame(stage_rows, schema=_STAGE_SCHEMA),
             parents=parents,

@@ -136,6 +136,7 @@ class Supervisor(threading.Thread):
         self._helpers: list[tuple[Helper, Callable[[], Any]]] = []
         self._chores: list[Callable[[], None]] = []
         self._stop = threading.Event()
+        self._stopping = threading.Lock()  # no helper is re-created once stop() returned
         self._tick = tick_s
         self.recreated = 0
         self.error: BaseException | None = None
@@ -178,15 +179,23 @@ class Supervisor(threading.Thread):
             return
 
     def _recreate(self, helper: Helper, create: Callable[[], Any]) -> None:
-        try:
-            helper._handle = create()
-            self.recreated += 1
-        except ValueError:
-            return  # the dead actor still holds the name; next tick
+        with self._stopping:
+            if self._stop.is_set():  # its owner is killing the helpers: a new one would outlive it
+                return
+            try:
+                helper._handle = create()
+                self.recreated += 1
+            except ValueError:
+                return  # the dead actor still holds the name; next tick
 
     def stop(self) -> None:
-        """Stop the thread (the helpers are killed by their owner)."""
-        self._stop.set()
+        """Stop the thread (the helpers are killed by their owner).
+
+        Returns once no helper can be re-created any more: one being re-created now is finished
+        first, so the owner's kill (by name) finds it.
+        """
+        with self._stopping:
+            self._stop.set()
 
 
 def kill_all(helpers: Sequence[Helper]) -> None:
