@@ -555,9 +555,8 @@ class LineageDataset:
         )
         report = self.report()
         roots = None
-        if (
-            self.level == 0
-        ):  # in source order where the source names its roots (take(n) = the same n)
+        if self.level == 0:
+            # in source order where the source names its roots: take(n) picks the same n roots
             roots = tuple(report.parents["root"].to_list())
             named = self._plan.source.roots
             if named is not None:

@@ -27,6 +27,11 @@ from lineage_data._core.source import (
 from lineage_data._core.stages import AnyStage, Expand, MapBatches
 from lineage_data._core.terminal import TerminalOp
 
+try:  # Ray Data's context of the running map task (internal; the digest alone where it moved)
+    from ray.data._internal.execution.interfaces.task_context import TaskContext as _TaskContext
+except ImportError:  # pragma: no cover - another Ray version
+    _TaskContext = None  # type: ignore[assignment,misc]
+
 # Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
 # small machine fractional-CPU tasks start many more worker processes and were 5x slower here.
 # from_items: at most this many source blocks (each is one ray.put on the driver), one row per block
@@ -247,9 +252,7 @@ def _block_name(ids: pa.StringArray) -> str:
     digest: two blocks with the same ids are duplicates when they come from different tasks (two
     such blocks of one task cannot be told from a re-run of it).
     """
-    from ray.data._internal.execution.interfaces.task_context import TaskContext
-
-    context = TaskContext.get_current()
+    context = _TaskContext.get_current() if _TaskContext is not None else None
     task = f"{context.op_name}#{context.task_idx}:" if context is not None else ""
     return task + ids_digest(ids)
 
