@@ -2,8 +2,8 @@
 
 The driver accounts for every source root of a run, and a run may have 100M of them: a Python ``set`` of
 ``str`` costs about 100 bytes a root. Here an id costs its UTF-8 bytes + 4 (an Arrow string column in
-slot order) + 12 (its 64-bit hash and slot, in sorted numpy runs). Lookups and inserts take whole Arrow
-arrays, so accounting a batch does no Python work per row. A hash only finds a candidate: the
+slot order) + 8 (its 64-bit hash) + 8 to 16 (its cell in an open-addressing table). Lookups and inserts
+take whole Arrow arrays, so accounting a batch does no Python work per row. A hash only finds a candidate: the
 candidate's id is compared with the query, so two ids with the same hash are never confused (the later
 one lives in a small dict).
 
@@ -151,8 +151,7 @@ class RootIndex:
 
     def __init__(self) -> None:
         self._names = _Names()
-        # sorted runs of (hash, slot); every hash is in at most one run, once
-        self._runs: list[_Run] = []
+        self._table = _HashTable()  # hash -> slot of the first id with that hash
         self._others: dict[str, int] = {}  # ids whose hash an earlier id holds
 
     def __len__(self) -> int:
@@ -182,14 +181,13 @@ class RootIndex:
         new = np.flatnonzero(~known)
         if not len(new) or (all_new and len(new) < len(known)):
             return slots, known
-        order = np.argsort(hashes[new], kind="stable")
-        ranked = hashes[new][order]
-        if taken[new].any() or (ranked[1:] == ranked[:-1]).any():
+        fresh = hashes[new]
+        if taken[new].any() or not _distinct(fresh):
             return self._add_repeated(strings, hashes, slots, taken, new), known
         base = len(self)
         slots[new] = base + np.arange(len(new))
-        self._names.append(strings.take(pa.array(new)))  # a copy: never pin the caller's batch
-        self._insert(_Run(ranked, base + order, ranked=True))
+        self._names.append(strings if len(new) == len(strings) else strings.take(pa.array(new)))
+        self._table.insert(fresh, base)
         return slots, known
 
     def _add_repeated(
@@ -211,17 +209,20 @@ class RootIndex:
         leader_slot[order] = base + np.arange(len(leaders))
         self._names.append(strings.take(pa.array(leaders[order])))
         slots[new] = leader_slot[inverse]
+        # every slot keeps its hash; only a hash no id held before goes into the table
+        self._table.record(hashes[leaders[order]], base)
         held = taken[leaders]  # the hash is another id's already: the new id goes to the dict
         for row, slot in zip(leaders[held], leader_slot[held], strict=True):
             self._others[strings[int(row)].as_py()] = int(slot)
         if (~held).any():
-            self._insert(_Run(uniq[~held], leader_slot[~held]))
+            self._table.place(uniq[~held], leader_slot[~held])
         for row in clash:  # distinct new ids with one hash in this batch: one by one
             name = strings[int(row)].as_py()
             slot = self._others.get(name)
             if slot is None:
                 slot = self._others[name] = len(self)
                 self._names.append(pa.array([name], pa.string()))
+                self._table.record(hashes[[int(row)]], slot)
             slots[row] = slot
         return slots
 
@@ -231,16 +232,13 @@ class RootIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the id column, the hash runs and the dict of clashing ids (estimated)."""
-        runs = sum(r.nbytes for r in self._runs)
-        return self._names.nbytes + runs + 120 * len(self._others)
+        """Bytes held: the id column, the hash table and the dict of clashing ids (estimated)."""
+        return self._names.nbytes + self._table.nbytes + 120 * len(self._others)
 
     # -- internals ------------------------------------------------------------------------------
     def _find(self, strings: pa.StringArray, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Slots (``-1`` when absent) and whether each hash is held by some id (this one or another)."""
-        slots = np.full(len(hashes), -1, dtype=np.int64)
-        for run in self._runs:
-            run.find(hashes, slots)
+        slots = self._table.find(hashes)
         taken = slots >= 0
         hits = np.flatnonzero(taken)
         if len(hits):
@@ -251,65 +249,109 @@ class RootIndex:
                 slots[row] = self._others.get(strings[int(row)].as_py(), -1)
         return slots, taken
 
-    def _insert(self, run: _Run) -> None:
-        # merge the last two runs while they are of a similar size (a stable sort of two sorted runs
-        # is a merge): few runs to search, each hash moved O(log n) times
-        self._runs.append(run)
-        while len(self._runs) > 1 and len(self._runs[-2]) < 2 * len(self._runs[-1]):
-            last, before = self._runs.pop(), self._runs.pop()
-            self._runs.append(
-                _Run(
-                    np.concatenate([before.keys, last.keys]),
-                    np.concatenate([before.slots, last.slots]),
-                )
-            )
+
+def _distinct(hashes: np.ndarray) -> bool:
+    """True when no hash repeats (one sort; a batch of fresh ids almost always passes)."""
+    ranked = np.sort(hashes)
+    return not (ranked[1:] == ranked[:-1]).any()
 
 
-class _Run:
-    """Sorted hashes with their slots, and a directory of where each top-bits bucket starts.
+_FEW = 64  # rows still probing after this few: one by one (a numpy round costs more than they do)
 
-    Hashes are uniform, so a bucket holds about two: a lookup reads the directory, then bisects a
-    handful of keys, all vectorized (a plain ``searchsorted`` over millions of keys is ~5x slower:
-    each of its ~20 probes is a cache miss).
+
+class _HashTable:
+    """Open addressing (linear probing) from a 64-bit hash to a slot, all vectorized.
+
+    ``_cells[i]`` holds a slot (``-1``: empty); a slot's hash is read from ``_hashes`` (one 8-byte hash per
+    slot, in slot order), so a cell costs 4 bytes. A hash's home cell is its top bits (hashes are
+    uniform). The table doubles before it is half full: a lookup reads ~1.5 cells, a miss ~2.5, and
+    each batch of queries probes all its rows at once, one round per cell. About 16-24 bytes a slot.
     """
 
-    def __init__(self, hashes: np.ndarray, slots: np.ndarray, *, ranked: bool = False) -> None:
-        if ranked:  # already sorted by hash
-            self.keys, self.slots = hashes, slots.astype(np.int32)
-        else:
-            order = np.argsort(hashes, kind="stable")
-            self.keys, self.slots = hashes[order], slots[order].astype(np.int32)
-        n = len(self.keys)
-        self._bits = min(30, max(0, n.bit_length() - 2))
-        if self._bits:
-            buckets = (self.keys >> np.uint64(64 - self._bits)).astype(np.int64)
-            counts = np.bincount(buckets, minlength=1 << self._bits)
-            self._dir = np.zeros((1 << self._bits) + 1, dtype=np.int32)
-            np.cumsum(counts, out=self._dir[1:])
-            self._rounds = int(counts.max()).bit_length()
+    _MAX_LOAD = 0.5
 
-    def __len__(self) -> int:
-        return len(self.keys)
+    def __init__(self) -> None:
+        self._hashes = np.zeros(0, dtype=np.uint64)  # per slot
+        self._slots = 0  # slots recorded (the length in use of _hashes)
+        self._bits = 10
+        self._cells = np.full(1 << self._bits, -1, dtype=np.int32)
+        self._used = 0
 
     @property
     def nbytes(self) -> int:
-        return self.keys.nbytes + self.slots.nbytes + (self._dir.nbytes if self._bits else 0)
+        return self._cells.nbytes + 8 * self._slots
 
-    def find(self, hashes: np.ndarray, out: np.ndarray) -> None:
-        """Set ``out[i]`` to the slot of ``hashes[i]`` where this run holds it."""
-        n = len(self.keys)
-        if not self._bits:
-            pos = np.searchsorted(self.keys, hashes)
-        else:
-            bucket = (hashes >> np.uint64(64 - self._bits)).astype(np.int64)
-            lo = self._dir[bucket].astype(np.int64)
-            hi = self._dir[bucket + 1].astype(np.int64)
-            for _ in range(self._rounds):  # bisect [lo, hi) for the first key >= hash
-                mid = (lo + hi) >> 1
-                right = (lo < hi) & (self.keys[np.minimum(mid, n - 1)] < hashes)
-                lo = np.where(right, mid + 1, lo)
-                hi = np.where(right | (lo >= hi), hi, mid)
-            pos = lo
-        pos = np.minimum(pos, n - 1)
-        hit = self.keys[pos] == hashes
-        out[hit] = self.slots[pos[hit]]
+    def find(self, hashes: np.ndarray) -> np.ndarray:
+        """The slot whose hash each of ``hashes`` is (``-1``: none)."""
+        out = np.full(len(hashes), -1, dtype=np.int64)
+        if not self._used or not len(hashes):
+            return out
+        mask = (1 << self._bits) - 1
+        cell = (hashes >> np.uint64(64 - self._bits)).astype(np.int64)
+        rows = np.arange(len(hashes))
+        cells, known = self._cells, self._hashes
+        while len(rows) > _FEW:
+            slot = cells[cell]
+            full = slot >= 0
+            hit = full & (known[np.where(full, slot, 0)] == hashes[rows])
+            out[rows[hit]] = slot[hit]
+            on = full & ~hit  # occupied by another hash: probe the next cell
+            rows, cell = rows[on], (cell[on] + 1) & mask
+        # the long probes, one by one
+        for row, at in zip(rows.tolist(), cell.tolist(), strict=True):
+            wanted = hashes[row]
+            while (held := int(cells[at])) >= 0:
+                if known[held] == wanted:
+                    out[row] = held
+                    break
+                at = (at + 1) & mask
+        return out
+
+    def insert(self, hashes: np.ndarray, base: int) -> None:
+        """Slots ``base, base + 1...`` get ``hashes`` (distinct, none in the table)."""
+        self.record(hashes, base)
+        self.place(hashes, base + np.arange(len(hashes)))
+
+    def record(self, hashes: np.ndarray, base: int) -> None:
+        """The hashes of slots ``base, base + 1...`` (the next ones), not placed in the table."""
+        end = base + len(hashes)
+        if end > len(self._hashes):
+            grown = np.zeros(max(end, len(self._hashes) + len(self._hashes) // 4 + 1024), np.uint64)
+            grown[: self._slots] = self._hashes[: self._slots]
+            self._hashes = grown
+        self._hashes[base:end] = hashes
+        self._slots = max(self._slots, end)
+
+    def place(self, hashes: np.ndarray, slots: np.ndarray) -> None:
+        """Put distinct ``hashes`` (not in the table; their slots recorded) in cells."""
+        if (self._used + len(hashes)) > self._MAX_LOAD * len(self._cells):
+            self._grow(self._used + len(hashes))
+        self._place(hashes, np.asarray(slots, dtype=np.int32))
+        self._used += len(hashes)
+
+    def _place(self, hashes: np.ndarray, slots: np.ndarray) -> None:
+        """Linear probing for a whole batch: each round, the rows at a free cell take it (one each)."""
+        mask = (1 << self._bits) - 1
+        cell = (hashes >> np.uint64(64 - self._bits)).astype(np.int64)
+        cells = self._cells
+        while len(slots) > _FEW:
+            free = cells[cell] < 0
+            cells[cell[free]] = slots[free]  # one of the rows aiming at a free cell wins it
+            won = np.zeros(len(slots), dtype=bool)
+            won[free] = cells[cell[free]] == slots[free]
+            on = ~won  # the others probe on
+            slots, cell = slots[on], (cell[on] + 1) & mask
+        for slot, at in zip(slots.tolist(), cell.tolist(), strict=True):  # the long probes
+            while cells[at] >= 0:
+                at = (at + 1) & mask
+            cells[at] = slot
+
+    def _grow(self, needed: int) -> None:
+        bits = self._bits
+        while needed > self._MAX_LOAD * (1 << bits):
+            bits += 1
+        placed = self._cells[self._cells >= 0]
+        self._bits = bits
+        self._cells = np.full(1 << bits, -1, dtype=np.int32)
+        if len(placed):
+            self._place(self._hashes[placed], placed)

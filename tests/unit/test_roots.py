@@ -17,14 +17,15 @@ def test_slots_follow_arrival_and_duplicates_share_one():
     assert len(index) == 4
 
 
-def test_many_batches_merge_into_few_runs_and_stay_exact():
+def test_many_batches_stay_exact_and_the_table_stays_under_half_full():
     index = RootIndex()
     names = [f"r{i:06d}" for i in range(20_000)]
     for lo in range(0, len(names), 97):
         index.add(names[lo : lo + 97])
     assert (index.find(names) == np.arange(len(names))).all()
     assert index.ids(np.arange(len(names))).to_pylist() == names
-    assert len(index._runs) <= 16 and len(index._names._chunks) <= 16
+    assert index._table._used == len(names) <= len(index._table._cells) // 2
+    assert len(index._names._chunks) <= 16
 
 
 def test_ids_that_share_a_hash_are_never_confused(monkeypatch):
@@ -63,3 +64,16 @@ def test_add_known_says_which_ids_were_there_and_all_new_refuses_a_batch_with_on
     assert known.tolist() == [False, True] and len(index) == 2  # refused: "c" not added
     slots, known = index.add_known(["c", "a"])
     assert slots.tolist() == [2, 0] and known.tolist() == [False, True] and len(index) == 3
+
+
+def test_hashes_that_crowd_one_cell_probe_on_and_stay_exact(monkeypatch):
+    # every hash small: all share the home cell 0, so each insert and lookup probes a long run
+    monkeypatch.setattr(
+        R, "hash_strings", lambda v: np.array([int(x[1:]) for x in v.to_pylist()], np.uint64)
+    )
+    index = RootIndex()
+    names = [f"r{i}" for i in range(3_000)]
+    for lo in range(0, len(names), 250):
+        assert index.add(names[lo : lo + 250]).tolist() == list(range(lo, lo + 250))
+    assert (index.find(names[::-1]) == np.arange(len(names))[::-1]).all()
+    assert (index.find([f"r{i}" for i in range(3_000, 3_100)]) == -1).all()
