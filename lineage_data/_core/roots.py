@@ -3,9 +3,9 @@
 The driver accounts for every source root of a run, and a run may have 100M of them: a Python ``set`` of
 ``str`` costs about 100 bytes a root. Here an id costs its UTF-8 bytes + 4 (an Arrow string column in
 slot order) + 8 (its 64-bit hash) + 8 to 16 (its cell in an open-addressing table). Lookups and inserts
-take whole Arrow arrays, so accounting a batch does no Python work per row. A hash only finds a candidate: the
-candidate's id is compared with the query, so two ids with the same hash are never confused (the later
-one lives in a small dict).
+take whole Arrow arrays, so accounting a batch does no Python work per row. A hash only finds a
+candidate: the candidate's id is compared with the query, so two ids with the same hash are never
+confused (the later one lives in a small dict).
 
 Example:
     >>> import pyarrow as pa
@@ -186,7 +186,7 @@ class RootIndex:
             return self._add_repeated(strings, hashes, slots, taken, new), known
         base = len(self)
         slots[new] = base + np.arange(len(new))
-        self._names.append(strings if len(new) == len(strings) else strings.take(pa.array(new)))
+        self._names.append(strings.take(pa.array(new)))  # a copy: never pin the caller's batch
         self._table.insert(fresh, base)
         return slots, known
 
