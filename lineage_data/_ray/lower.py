@@ -241,7 +241,10 @@ def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
         table = with_lineage(batch, ids)
         return table.filter(roots.kept(ids)) if restricted else table
 
-    source = src.dataset if plan.limit is None else src.dataset.limit(plan.limit)
+    # Datasets derived from the user's share its DataContext: ours gets a copy, so the settings and
+    # execution callbacks the run puts on it never reach the user's own dataset.
+    source = ray.data.Dataset.copy(src.dataset, _deep_copy=True)
+    source = source if plan.limit is None else source.limit(plan.limit)
     return source.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)
 
 

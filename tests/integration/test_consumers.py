@@ -204,3 +204,15 @@ def test_no_helper_survives_take_an_abandoned_iterator_or_a_consumed_to_ray():
     with pytest.raises(ld.UserCodeError):
         ds.map(lambda r: 1 / 0, on_error="raise").take_all()
     assert wait_no_helpers() == []
+
+
+def test_a_from_ray_run_leaves_the_users_dataset_as_it_was():
+    src = ray.data.range(6)
+    before = src.context.raise_original_map_exception
+    lowered = ld.from_ray(src).map(lambda r: {"id": r["id"] + 1}).to_ray()
+    assert sorted(r["id"] for r in lowered.take_all()) == [1, 2, 3, 4, 5, 6]
+    assert src.context.custom_execution_callback_classes == []
+    assert src.context.raise_original_map_exception == before
+    # the user's dataset and those derived from it still run, as often as they like
+    assert sorted(r["id"] for r in src.map(lambda r: r).take_all()) == list(range(6))
+    assert ld.from_ray(src).count() == 6
