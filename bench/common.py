@@ -13,7 +13,9 @@ from bench.measure import Timeline, gpu_metrics, plot_timelines, results_path, w
 from bench.systems import SystemRun
 from bench.workload import CostModel
 
-# Smoke: a few seconds per system on 2 cores (startup dominates; ratios mean little).
+# Smoke: a few seconds per system on 2 cores (startup dominates; ratios mean little), so 2 simulated GPUs
+# (fewer actors to start) and Ray Data's groupby on a few partitions (its default 200 took ~60 s to start
+# here). Smoke walls are never compared; other scales use 4 GPUs and Ray Data's default partitions.
 # Small/full: a 32-row GPU batch costs 0.36 s, long enough that the simulated GPUs, not the two real
 # cores running Ray Data's scheduling, are the bottleneck (as with a real OCR/VLM stage). Small is
 # ~60 s of GPU work per system (~15 s on 4 GPUs).
@@ -23,7 +25,9 @@ SMOKE_COST = CostModel(
     gpu_s_per_item=0.0005,
     reduce_s_per_parent=0.001,
     reduce_s_per_child=0.00001,
+    gpus=2,
 )
+SMOKE_PARTITIONS = 4
 GPU_BOUND_COST = CostModel(gpu_s_per_batch=0.100, gpu_s_per_item=0.008)
 SCALES: dict[str, dict[str, Any]] = {
     "smoke": {"parents": 16, "cost": SMOKE_COST},

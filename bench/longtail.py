@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import log, publish, scale_config, summarize
+from bench.common import SMOKE_PARTITIONS, log, publish, scale_config, summarize
 from bench.measure import read_timeline
 from bench.systems import SYSTEMS, Job, clean, import_daft
 from bench.workload import make_corpus
@@ -55,7 +55,8 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
                     skipped[system] = reason
                     log(f"daft: {reason}")
                     continue
-            job = Job(corpus, cost, scratch / "timeline", scratch / "work")
+            partitions = SMOKE_PARTITIONS if scale == "smoke" else None
+            job = Job(corpus, cost, scratch / "timeline", scratch / "work", partitions=partitions)
             log(f"running {system} ...")
             try:
                 result = SYSTEMS[system](job)

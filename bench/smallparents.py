@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.common import code_version, log, stamp
+from bench.common import SMOKE_PARTITIONS, code_version, log, stamp
 from bench.measure import results_path, write_json
 
 PARENTS = {"smoke": 500, "small": 20_000, "full": 200_000}
@@ -33,9 +33,6 @@ BATCH = 256  # rows per batch of the map, in every system
 ORDER = ("floor", "ray_data", "lineage_data")
 # Each system runs this many times, interleaved, and its best wall counts: the machine is shared.
 REPEATS = {"smoke": 1, "small": 2, "full": 1}
-# Ray Data's groupby at smoke scale: a few partitions, not its default 200 (that start-up alone took
-# ~60 s of a 2-core machine for 500 parents). Smoke walls are never compared; other scales: the default.
-SMOKE_PARTITIONS = 4
 
 
 def make_parents(n: int, seed: int) -> list[dict[str, Any]]:

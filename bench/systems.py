@@ -58,6 +58,7 @@ class Job:
         timeline_dir: where GPU timeline files go.
         work_dir: scratch space (shards are written under it).
         poison: parents whose ordinal 0 fails (empty: a clean run).
+        partitions: Ray Data's groupby partitions (None: Ray's default).
     """
 
     corpus: list[dict[str, Any]]
@@ -65,6 +66,7 @@ class Job:
     timeline_dir: Path
     work_dir: Path
     poison: list[str] = field(default_factory=list)
+    partitions: int | None = None
 
 
 @dataclass
@@ -274,7 +276,7 @@ def run_ray_data(job: Job, system: str = "ray_data", *, tuned: bool = False) -> 
     start = time.time()
     with _shuffle(SORT_SHUFFLE if tuned else None):
         ds = _gpu(_expanded(job), job, system)
-        ds = ds.groupby("doc").map_groups(
+        ds = ds.groupby("doc", num_partitions=job.partitions).map_groups(
             assemble_group, fn_kwargs={"cost": job.cost.as_dict()}, batch_format="pyarrow"
         )
         if job.poison:

@@ -16,6 +16,7 @@ represented by exactly one stand-in row with its terminal status, so no input si
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -34,8 +35,6 @@ LOST = "LostError"
 OUTCOMES = tuple(
     o.value for o in Outcome
 )  # a root's outcome code is its index here + 1 (0: not yet)
-_OUTCOME_SET = pa.array(OUTCOMES, pa.string())
-_OUTCOME_NAMES = pa.array((None, *OUTCOMES), pa.string())  # by code
 _DONE = 0x07  # the outcome code bits of a root's flags
 _EXPECTED = 0x08  # a source announced the root
 
@@ -393,7 +392,7 @@ class TerminalRows(Mapping[str, TerminalRow]):
         return pa.table(
             {
                 "root": self._ids,
-                "outcome": _OUTCOME_NAMES.take(pa.array(self._codes, pa.uint8())),
+                "outcome": _outcome_names().take(pa.array(self._codes, pa.uint8())),
                 "cause": pa.array(causes, pa.string(), from_pandas=True),
                 "stage": pa.array(stages, pa.string(), from_pandas=True),
                 "committed_s": pa.array(np.asarray(self._seconds, dtype=np.float64)),
@@ -446,9 +445,19 @@ def _stand_in(root: str, status: tuple[str, str | None, str | None]) -> dict:
     return {C.ROOT: root, C.PATH: [], C.OUTCOME: status[0], C.CAUSE: status[1], C.STAGE: status[2]}
 
 
+@functools.cache
+def _outcome_names() -> pa.StringArray:
+    """The outcome name of each code (0: none yet), built on first use.
+
+    The first Arrow array a process builds imports pandas (~0.3 s): the coordinator imports this
+    module, and its process starts without that (it is on the critical path of every run's first batch).
+    """
+    return pa.array((None, *OUTCOMES), pa.string())
+
+
 def _codes(outcomes: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Outcome codes (1 = PRESENT ...) of an outcome column."""
-    index = pc.index_in(outcomes, value_set=_OUTCOME_SET)
+    index = pc.index_in(outcomes, value_set=_outcome_names().slice(1))
     if index.null_count:
         raise ValueError(f"unknown outcome in {pc.unique(outcomes).to_pylist()}")
     return (np.asarray(index.to_numpy(zero_copy_only=False)) + 1).astype(np.uint8)
