@@ -620,8 +620,8 @@ class LineageDataset:
     def to_ray(self) -> ray.data.Dataset:
         """The lowered, lazy Ray Data Dataset (public lineage columns + user columns).
 
-        Its helper actors start when an execution of it starts and stop when that execution ends
-        (or when the dataset is garbage collected). Lineage accounting (repair, the report) is only
+        Its helper actors start with this call and stop when its one execution ends (or when the
+        dataset is garbage collected unexecuted). Lineage accounting (repair, the report) is only
         done by this class's own consumers.
         """
         if self._kept is not None:

@@ -4,7 +4,7 @@ For every ``compute``/``concurrency`` spelling and every ``batch_format``: ident
 lowered Ray plan runs the user's stage with the strategy Ray itself chooses.
 """
 
-import gc
+import types
 
 import pandas as pd
 import pyarrow as pa
@@ -14,6 +14,7 @@ from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
 import lineage_data as ld
 from lineage_data._core import columns as C
+from lineage_data._ray.lower import lower
 
 ITEMS = [{"x": i} for i in range(12)]
 DOCS = [{"doc": f"d{i}", "n": i % 4 + 1} for i in range(6)]
@@ -105,12 +106,18 @@ def test_lowered_plan_uses_the_strategy_ray_chooses(spelling):
         .expand_lineage(split)
         .map_batches(fn, name="times", num_cpus=0.25, **kwargs),
     ):
-        lowered = ours.to_ray()
-        op = map_ops(lowered)["MapBatches(times)"]
+        op = map_ops(lower(ours.plan, Offline(), {}))["MapBatches(times)"]
         assert strategy_fields(op.compute) == strategy_fields(ray_op.compute)
         assert op.ray_remote_args.get("num_cpus") == 0.25
-        del lowered, op  # not executed: its helpers stop when it is garbage collected
-        gc.collect()
+
+
+class Offline:
+    """A coordinator client for lowering only (no helper is started: nothing runs)."""
+
+    helper = types.SimpleNamespace(name="offline")
+
+    def for_stage(self, stage):
+        return self
 
 
 def tagged(batch):
@@ -212,10 +219,8 @@ def test_reduce_lineage_takes_a_callable_class_with_resources():
             num_cpus=0.25,
         )
     )
-    ops = map_ops(lowered := docs.to_ray())
+    ops = map_ops(lower(docs.plan, Offline(), {}))
     assert type(ops["MapBatches(join)"].compute).__name__ == "ActorPoolStrategy"
-    del lowered  # never executed: its helpers stop when it is garbage collected
-    gc.collect()
     rows = {r["_lineage_root"]: r["text"] for r in docs.take_all()}
     assert rows["d2"] == "20-21-22!" and rows["d0"] == "0!"
 
@@ -226,11 +231,9 @@ def test_filter_and_expand_take_gpu_and_named_remote_args():
         .filter(lambda r: r["x"] % 2 == 0, name="even", num_gpus=1, num_cpus=0.25)
         .map(lambda r: r, name="same", max_calls=100, num_cpus=0.25)
     )
-    ops = map_ops(lowered := ds.to_ray())
+    ops = map_ops(lower(ds.plan, Offline(), {}))
     assert ops["MapBatches(even)"].ray_remote_args["num_gpus"] == 1
     assert ops["MapBatches(same)"].ray_remote_args["max_calls"] == 100
-    del lowered  # never executed: its helpers stop when it is garbage collected
-    gc.collect()
     rows = ds.take_all()
     assert sorted(r["x"] for r in rows if r["_lineage_outcome"] == "PRESENT") == list(
         range(0, 12, 2)
@@ -242,9 +245,7 @@ def test_stage_names_are_ray_operator_and_actor_names():
     ds = ld.from_items(ITEMS).map_batches(
         Times, name="ocr", compute=ActorPoolStrategy(size=1), num_cpus=0.25
     )
-    assert "MapBatches(ocr)" in map_ops(lowered := ds.to_ray())
-    del lowered  # never executed: its helpers stop when it is garbage collected
-    gc.collect()
+    assert "MapBatches(ocr)" in map_ops(lower(ds.plan, Offline(), {}))
 
     class Broken:
         def __init__(self):
