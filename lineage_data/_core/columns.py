@@ -32,6 +32,9 @@ STAGE = "_lineage_stage"
 SIZE = "_lineage_size"  # headers only: number of children in the group
 PARENT = "_lineage_parent"  # headers only: the parent row, pickled
 MISSING = "_lineage_missing"  # reduced rows under on_child_failure="skip": ordinals left out
+# Level-0 rows of a Ray Dataset source in a flat plan (no registration): a 64-bit tag of their
+# source block, so the consumer's ledger tells a copy of a row (same block) from a duplicate id.
+BLOCK = "_lineage_block"
 
 PUBLIC = (ROOT, OUTCOME, CAUSE)
 BOOKKEEPING = (PATH, STAGE, SIZE, PARENT)
@@ -48,7 +51,7 @@ SCHEMA = pa.schema(
         pa.field(PARENT, pa.binary()),
     ]
 )
-TYPES = {field.name: field.type for field in SCHEMA}
+TYPES = {field.name: field.type for field in SCHEMA} | {BLOCK: pa.int64()}
 
 
 def is_reserved(name: str) -> bool:
@@ -214,8 +217,9 @@ def paths(column: pa.ChunkedArray | pa.Array, depth: int) -> list[tuple[int, ...
 
 
 def lineage_only(table: pa.Table) -> pa.Table:
-    """The lineage columns of ``table``: what a tombstone or a header keeps."""
-    return conform(table).select(list(ALL))
+    """The lineage columns of ``table``: what a tombstone or a header keeps (its block tag too)."""
+    names = [*ALL, BLOCK] if BLOCK in table.column_names else list(ALL)
+    return conform(table).select(names)
 
 
 # -- bad input: building Arrow data from user values, one root's bad values failing that root only ---------

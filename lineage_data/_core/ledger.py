@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
+from lineage_data._core.errors import DuplicateRootError
 from lineage_data._core.outcomes import Outcome, Status, entering
 from lineage_data._core.roots import RootIndex
 
@@ -99,6 +100,7 @@ class Ledger:
         self._flags = _Column(np.uint8)  # per slot: outcome code | _EXPECTED
         self._seconds = _Column(np.float64)  # per slot: committed, seconds after started_at
         self._order = _Column(np.int32)  # slots in the order their roots completed
+        self._blocks = _Column(np.int64)  # per slot: its source block's tag (tagged rows only)
         self._done = 0
         self._expected = 0
         self._committed = 0
@@ -141,6 +143,8 @@ class Ledger:
         slots = self._slots(table[C.ROOT])
         _, first = np.unique(slots, return_index=True)
         keep = np.sort(first[(self._flags.data[slots[first]] & _DONE) == 0])
+        if C.BLOCK in table.column_names:
+            self._check_blocks(table, slots, keep)
         self.duplicates += table.num_rows - len(keep)
         if len(keep):
             codes = _codes(table[C.OUTCOME])[keep]
@@ -159,6 +163,25 @@ class Ledger:
                     )
             self._record(slots[keep], codes, detail, now)
         return keep
+
+    def _check_blocks(self, table: pa.Table, slots: np.ndarray, keep: np.ndarray) -> None:
+        """Rows with a source block tag: a root seen again from another block is a duplicate id.
+
+        The same block again is a copy (Ray ran its source task again): dropped, as any copy is.
+        """
+        column = C.one_chunk(table[C.BLOCK])
+        tags = np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        blocks = self._blocks
+        blocks.ensure(len(self._index))
+        blocks.data[slots[keep]] = tags[keep]  # the first copy of a new root names its block
+        known = blocks.data[slots]
+        clash = np.flatnonzero((known != tags) & (known != 0) & (tags != 0))  # 0: no tag
+        if len(clash):
+            root = table[C.ROOT][int(clash[0])].as_py()
+            raise DuplicateRootError(
+                f"duplicate lineage root id {root!r}: source ids must be unique (it is in two "
+                "blocks of the source dataset)"
+            )
 
     def _take_open(self, table: pa.Table, now: float) -> tuple[list[int], list[dict]]:
         """Rows to keep, and one stand-in row per root completed here with no row of its own."""
@@ -332,7 +355,9 @@ class Ledger:
     @property
     def nbytes(self) -> int:
         """Bytes held for the roots (numpy and Arrow buffers; dict entries estimated)."""
-        columns = self._flags.data.nbytes + self._seconds.data.nbytes + self._order.data.nbytes
+        columns = sum(
+            c.data.nbytes for c in (self._flags, self._seconds, self._order, self._blocks)
+        )
         dicts = 200 * len(self._detail) + 400 * len(self._partial)
         return self._index.nbytes + columns + dicts
 

@@ -112,6 +112,15 @@ class Plan:
             if s.level == 0 and isinstance(s, MapBatches | MapRows | Filter)
         )
 
+    @property
+    def flat(self) -> bool:
+        """True when every stage is a source-level 1:1 stage: no barrier, no partial group can exist.
+
+        Such a plan needs no coordinator: its stages make no call, its counts come from the terminal
+        rows, and a Ray Dataset source tags its rows with their block instead of registering them.
+        """
+        return len(self.derived_stages()) == len(self.stages)
+
     def for_workers(self) -> Plan:
         """This plan without its source rows and root sets: what stage workers need (small)."""
         return replace(self, source=self.source.stripped(), exclude=frozenset(), only=None)

@@ -165,7 +165,15 @@ class RowStageOp:
             if not roots:
                 roots = live[C.ROOT].to_pylist()
                 paths = C.paths(live[C.PATH], self._stage.level)
-            out.append(C.rows_to_table([_tombstone(roots[i], paths[i], st) for i, st in tombs]))
+            tags = live[C.BLOCK].to_pylist() if C.BLOCK in live.column_names else None
+            out.append(
+                C.rows_to_table(
+                    [
+                        _tombstone(roots[i], paths[i], st, tags[i] if tags else None)
+                        for i, st in tombs
+                    ]
+                )
+            )
         if keep and result is not None:
             whole = len(keep) == len(run_idx)
             values = result.table if whole else result.table.take(keep)
@@ -259,11 +267,14 @@ def _entering(column: pa.ChunkedArray) -> tuple[pa.Array, Counter[str]]:
     return pa.array(entered, pa.string()).take(encoded.indices), counts
 
 
-def _tombstone(root: str, path: tuple[int, ...], status: Status) -> dict:
-    return {
+def _tombstone(root: str, path: tuple[int, ...], status: Status, block: int | None) -> dict:
+    row: dict[str, object] = {
         C.ROOT: root,
         C.PATH: list(path),
         C.OUTCOME: status.outcome.value,
         C.CAUSE: status.cause,
         C.STAGE: status.stage,
     }
+    if block is not None:
+        row[C.BLOCK] = block
+    return row

@@ -173,6 +173,7 @@ class CoordinatorClient:
 
     def __init__(self, helper: Helper, stage: str | None = None) -> None:
         self.helper = helper
+        self.name = helper.name
         self._stage = stage
 
     def for_stage(self, stage: str) -> CoordinatorClient:

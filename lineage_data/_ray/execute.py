@@ -28,10 +28,11 @@ from lineage_data._core.plan import Plan, RaySource
 from lineage_data._core.stages import Reduce
 from lineage_data._core.state import derived_counts
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
-from lineage_data._ray.coordinator import start_coordinator
+from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
 from lineage_data._ray.holders import HolderSet
 from lineage_data._ray.lower import lower
 from lineage_data._ray.sinks import AccountedSink, accounted
+from lineage_data._ray.typestore import TypeStore
 from lineage_data.report import RunReport
 
 logger = logging.getLogger("lineage_data")
@@ -100,14 +101,24 @@ class _Progress(threading.Thread):
 
 
 class _Pass:
-    """One lowering of a plan: its coordinator, its group holders and the lazy Ray Dataset."""
+    """One lowering of a plan: its coordinator, its group holders and the lazy Ray Dataset.
+
+    A flat plan (see :attr:`Plan.flat`) has neither: its operators establish column types in a
+    :class:`TypeStore`, and nothing waits for a helper to start.
+    """
 
     def __init__(self, plan: Plan, supervisor: Supervisor) -> None:
         run_id = new_run_id()
-        self.client, create = start_coordinator(run_id)
-        self.helpers: list[Helper] = [self.client.helper]
-        self.creators: list[Callable[[], Any]] = [create]
-        supervisor.watch(self.client.helper, create)
+        self.helpers: list[Helper] = []
+        self.creators: list[Callable[[], Any]] = []
+        self.client: CoordinatorClient | TypeStore
+        if plan.flat:
+            self.client = TypeStore(run_id)
+        else:
+            self.client, create = start_coordinator(run_id)
+            self.helpers.append(self.client.helper)
+            self.creators.append(create)
+            supervisor.watch(self.client.helper, create)
         self.holders: dict[int, HolderSet] = {}
         for i, stage in enumerate(plan.stages):
             if isinstance(stage, Reduce):
@@ -128,13 +139,14 @@ class _Pass:
             holders.forget(roots)
 
     def finish(self) -> None:
-        """Keep the pass's counts (the coordinator is asked once, at the end)."""
-        snapshot = self.client.snapshot()
-        self.counts, self.calls = snapshot["counts"], snapshot["reports"]
+        """Keep the pass's counts (the coordinator is asked once, at the end; a flat plan has none)."""
+        if isinstance(self.client, CoordinatorClient):
+            snapshot = self.client.snapshot()
+            self.counts, self.calls = snapshot["counts"], snapshot["reports"]
 
     def close(self) -> None:
         self._supervisor.unwatch(self.helpers)
-        kill_all(self.helpers)
+        stop_helpers(self.helpers, self.client)
 
 
 class Execution:
@@ -147,7 +159,8 @@ class Execution:
         self._started = time.time()
         self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
         # A Ray Dataset source names its roots only as it reads them (each source task registers its
-        # block with the coordinator, which refuses duplicate ids). The driver mirrors that registry
+        # block with the coordinator, which refuses duplicate ids; in a flat plan it tags its rows with
+        # their block and this ledger refuses duplicate ids). The driver mirrors that registry
         # only where a root can vanish without a trace: in a reduce's holders. Elsewhere Ray re-runs
         # what a fault interrupted, and every root that arrived is checked complete at the end.
         self._from_ray = isinstance(plan.source, RaySource)
@@ -176,6 +189,7 @@ class Execution:
             self._mirror_registry(current)
 
     def _mirror_registry(self, current: _Pass) -> None:
+        assert isinstance(current.client, CoordinatorClient)  # a reduce: not a flat plan
         roots, cursor = current.client.root_ids_since(current.registered)
         current.registered = cursor
         if len(roots):
@@ -402,13 +416,13 @@ def detached_dataset(plan: Plan) -> Any:
 
     ensure_ray()
     current = _Pass(plan, Supervisor())
-    helpers = list(current.helpers)
+    helpers, client = list(current.helpers), current.client
     state = {"runs": 0, "stopped": False}
 
     def stop() -> None:
         if not state["stopped"]:
             state["stopped"] = True
-            kill_all(helpers)
+            stop_helpers(helpers, client)
 
     class HelperLifetime(ExecutionCallback):
         def before_execution_starts(self, executor: Any) -> None:
@@ -431,8 +445,15 @@ def detached_dataset(plan: Plan) -> Any:
         HelperLifetime,
     ]
     ds = ds.map_batches(C.public, batch_format="pyarrow", batch_size=None)
-    weakref.finalize(ds, kill_all, helpers)
+    weakref.finalize(ds, stop_helpers, helpers, client)
     return ds
+
+
+def stop_helpers(helpers: list[Helper], client: Any) -> None:
+    """Kill a pass's helpers for good; drop its types from Ray's key-value store (a flat plan)."""
+    kill_all(helpers)
+    if isinstance(client, TypeStore) and ray.is_initialized():
+        client.drop()
 
 
 def _known_roots(plan: Plan) -> list[str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import ray
 from ray.data import ActorPoolStrategy
@@ -81,7 +83,7 @@ class _Shipped:
     def __init__(self, step: _Step) -> None:
         self.ref = ray.put(step)
         self.name = step.plan.stages[step.index].name
-        self.key = (step.client.helper.name, step.index)
+        self.key = (step.client.name, step.index)
 
     def get(self) -> _Step:
         step: _Step = ray.get(self.ref)
@@ -196,7 +198,8 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
 
     Sources that know their roots up front (items, files) need no registration: the driver expects
     them. A Ray Dataset source registers the ids of each block with ``client`` as it reads them,
-    idempotently per block (a retried source task registers the same block again).
+    idempotently per block (a retried source task registers the same block again); in a flat plan it
+    tags the rows with their block instead, and the consumer's ledger refuses duplicate ids.
     """
     match plan.source:
         case ItemsSource() as src:
@@ -209,7 +212,7 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
                 FileDatasource(src.reader, files, files_per_task=src.files_per_task)
             )
         case RaySource() as src:
-            return _ray_dataset(plan, src, client.for_stage("from_ray"))
+            return _ray_dataset(plan, src, None if plan.flat else client.for_stage("from_ray"))
         case MaterializedSource() as src:
             return _materialized_dataset(plan, src)
     raise ValueError(f"unknown source {plan.source!r}")
@@ -227,6 +230,7 @@ def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
 
 
 def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
+    """The user's dataset with lineage columns; ``client`` None: tagged, not registered (flat plan)."""
     id_column = src.id_column
     # The closure travels with every source task: it must not hold the plan, whose source is the
     # user's Dataset (its block refs and schemas: ~200 KB and 10 ms to unpickle per task, measured).
@@ -237,8 +241,12 @@ def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
         ids = content_ids(batch) if id_column is None else column_ids(batch, id_column)
         if not isinstance(ids, pa.Array):
             ids = pa.array(ids, pa.string())
-        client.register_roots(ids, _block_name(ids))
+        name = _block_name(ids)
         table = with_lineage(batch, ids)
+        if client is None:  # no call at all: the ledger compares the tags (see Ledger)
+            table = table.append_column(C.BLOCK, pa.array(np.full(len(ids), _tag(name), np.int64)))
+        else:
+            client.register_roots(ids, name)
         return table.filter(roots.kept(ids)) if restricted else table
 
     # Datasets derived from the user's share its DataContext: ours gets a copy, so the settings and
@@ -258,6 +266,14 @@ def _block_name(ids: pa.StringArray) -> str:
     context = _TaskContext.get_current() if _TaskContext is not None else None
     task = f"{context.op_name}#{context.task_idx}:" if context is not None else ""
     return task + ids_digest(ids)
+
+
+def _tag(name: str) -> int:
+    """A block's name as a nonzero signed 64-bit integer (what the :data:`C.BLOCK` column holds)."""
+    tag = int.from_bytes(
+        hashlib.blake2b(name.encode(), digest_size=8).digest(), "little", signed=True
+    )
+    return tag or 1
 
 
 def _materialized_dataset(plan: Plan, src: MaterializedSource) -> ray.data.Dataset:

@@ -19,7 +19,7 @@ from ray.data.block import BlockAccessor
 
 from lineage_data._core import columns as C
 
-_LINEAGE = (C.ROOT, C.OUTCOME, C.CAUSE, C.STAGE, C.PATH, C.SIZE)
+_LINEAGE = (C.ROOT, C.OUTCOME, C.CAUSE, C.STAGE, C.PATH, C.SIZE, C.BLOCK)
 
 
 class AccountedSink(Datasink):

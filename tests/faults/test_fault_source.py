@@ -10,6 +10,7 @@ that line, i.e. after its source task registered its block.
 import pathlib
 import re
 import threading
+import time
 
 import faultkit
 import pytest
@@ -63,3 +64,31 @@ def test_killing_from_ray_source_tasks_after_registration_gives_the_clean_output
     got, duplicated = faultkit.comparable(run.rows)
     problem = faultkit.diff(clean_reference, got, duplicated)
     assert not problem, f"{problem} | {killer.killed}"
+
+
+def test_killing_the_tasks_of_a_flat_from_ray_plan_loses_and_repeats_nothing(tmp_path):
+    """A flat plan registers nothing: its rows carry their block's tag. A killed task that Ray runs
+    again tags the same block the same way, so nothing it delivered twice is taken for a duplicate id.
+    """
+    log_dir = str(tmp_path)
+    items = [{"doc": f"d{i:03d}", "v": i} for i in range(48)]
+
+    def slow_double(row):
+        faultkit._log_line(log_dir, "expand", row["doc"])  # the killer's cue: the source ran
+        time.sleep(0.1)
+        return {"doc": row["doc"], "v2": row["v"] * 2}
+
+    source = ld.from_ray(ray.data.from_items(items, override_num_blocks=12), id_column="doc")
+    ds = source.map(slow_double, name="double")
+    assert ds._plan.flat
+    killer = LateKiller(2, tmp_path)
+    killer.start()
+    try:
+        run = faultkit.consume(ds)
+    finally:
+        killer.stop_event.set()
+        killer.join(timeout=10)
+    assert len(killer.killed) == 2 and all(ok for *_, ok in killer.killed), killer.killed
+    assert run.error is None, f"{faultkit.describe_error(run.error)} | {killer.killed}"
+    got = sorted((r["doc"], r["_lineage_outcome"], r["v2"]) for r in run.rows)
+    assert got == [(f"d{i:03d}", "PRESENT", 2 * i) for i in range(48)], killer.killed

@@ -115,6 +115,7 @@ class Offline:
     """A coordinator client for lowering only (no helper is started: nothing runs)."""
 
     helper = types.SimpleNamespace(name="offline")
+    name = "offline"
 
     def for_stage(self, stage):
         return self

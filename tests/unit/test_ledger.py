@@ -1,6 +1,7 @@
 """The consumer's ledger and the holders' idempotent hand-off: pure Python, no Ray."""
 
 import pyarrow as pa
+import pytest
 
 import lineage_data as ld
 from lineage_data._core import columns as C
@@ -221,3 +222,35 @@ def test_a_finished_root_costs_a_few_bytes():
         ledger.take(closed(roots[lo : lo + 5_000]))
     assert ledger.missing() == [] and ledger.progress()["committed"] == n
     assert ledger.nbytes / n < 64
+
+
+def tagged(roots, blocks, outcome="PRESENT"):
+    table = closed(roots, outcome)
+    return table.append_column(C.BLOCK, pa.array(blocks, pa.int64()))
+
+
+def test_a_root_again_from_its_own_block_is_a_copy_from_another_block_a_duplicate_id():
+    ledger = Ledger(0, started_at=0.0)
+    assert ledger.take(tagged(["a", "b"], [7, 7]))[C.ROOT].to_pylist() == ["a", "b"]
+    assert ledger.take(tagged(["b", "c"], [7, 9]))[C.ROOT].to_pylist() == ["c"]  # b: a re-run
+    assert ledger.duplicates == 1
+    with pytest.raises(ld.DuplicateRootError, match="duplicate lineage root id 'c'"):
+        ledger.take(tagged(["d", "c"], [9, 7]))
+
+
+def test_a_duplicate_id_within_one_batch_and_in_a_failed_row_is_refused():
+    ledger = Ledger(0, started_at=0.0)
+    with pytest.raises(ld.DuplicateRootError, match="'a'"):
+        ledger.take(tagged(["a", "b", "a"], [1, 1, 2]))
+    ledger = Ledger(0, started_at=0.0)
+    ledger.take(tagged(["a"], [1]))
+    with pytest.raises(ld.DuplicateRootError, match="'a'"):
+        ledger.take(tagged(["a"], [2], outcome="FAILED"))
+
+
+def test_untagged_rows_keep_the_copy_rule():
+    ledger = Ledger(0, started_at=0.0)
+    ledger.take(tagged(["a"], [1]))
+    assert ledger.take(closed(["a"])).num_rows == 0
+    assert ledger.take(tagged(["a"], [None])).num_rows == 0
+    assert ledger.duplicates == 2

@@ -1,0 +1,50 @@
+"""Run-wide column types without a coordinator: Ray's own key-value store, first writer wins.
+
+A flat plan (every stage a source-level 1:1 stage, see :attr:`Plan.flat`) has no barrier and no partial
+group, so it runs without a coordinator: no actor to start, none to wait for before the first batch.
+Its stages still establish their output column types run-wide (see
+:class:`~lineage_data._core.columns.EstablishedTypes`); here through the GCS key-value store that every
+Ray process already talks to, with a put that never overwrites: the first writer of a column wins.
+An operator asks only for columns it has not seen yet, so a run makes a few such calls per stage.
+"""
+
+from __future__ import annotations
+
+from ray.experimental import internal_kv
+
+_NAMESPACE = "lineage_data"
+_SEP = "\x1f"
+
+
+class TypeStore:
+    """The client a flat plan's operators get instead of a coordinator's: ``establish_types`` only.
+
+    Picklable (two strings). ``drop()`` removes the run's keys; the driver calls it when the pass ends.
+    """
+
+    def __init__(self, run_id: str, stage: str | None = None) -> None:
+        self.name = f"lineage-{run_id}-types"
+        self._run_id = run_id
+        self._stage = stage
+
+    def for_stage(self, stage: str) -> TypeStore:
+        """The same store (stages are named in each call)."""
+        return TypeStore(self._run_id, stage)
+
+    def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
+        """First writer wins, per column: the established type token of each column of ``types``."""
+        out = {}
+        for column, token in types.items():
+            key = _SEP.join((self._run_id, stage, column))
+            if internal_kv._internal_kv_put(key, token, overwrite=False, namespace=_NAMESPACE):
+                first = internal_kv._internal_kv_get(key, namespace=_NAMESPACE)
+                token = first.decode() if first is not None else token
+            out[column] = token
+        return out
+
+    def drop(self) -> None:
+        """Forget the run's types (its pass is over)."""
+        if internal_kv._internal_kv_initialized():
+            internal_kv._internal_kv_del(
+                self._run_id + _SEP, del_by_prefix=True, namespace=_NAMESPACE
+            )

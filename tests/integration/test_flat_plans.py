@@ -1,0 +1,103 @@
+"""Flat plans (every stage a source-level 1:1 stage) on Ray: no coordinator, no registration.
+
+Such a plan starts no helper actor; its stages establish column types in Ray's key-value store, and
+a Ray Dataset source tags each row with its block so that the consumer's ledger refuses duplicate ids.
+"""
+
+import time
+
+import pytest
+import ray
+from ray.experimental import internal_kv
+from reference import by_root, status
+
+import lineage_data as ld
+from lineage_data._core import columns as C
+
+
+def helpers():
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith("lineage-")
+    ]
+
+
+def stored_types():
+    return internal_kv._internal_kv_list("", namespace="lineage_data")
+
+
+def test_a_flat_plan_starts_no_helper_and_leaves_no_types_behind():
+    src = ray.data.from_items([{"id": f"r{i}", "x": i} for i in range(40)], override_num_blocks=4)
+    ds = (
+        ld.from_ray(src, id_column="id")
+        .map(lambda r: {**r, "y": r["x"] * 2}, name="double")
+        .filter(lambda r: r["x"] % 5 != 0, name="some")
+        .map_batches(lambda b: b, batch_size=8, batch_format="pyarrow", name="noop")
+    )
+    assert ds._plan.flat
+    batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    first = next(batches)
+    assert helpers() == []
+    rows = first.to_pylist() + [r for b in batches for r in b.to_pylist()]
+    assert helpers() == [] and stored_types() == []
+    assert sorted(r[C.ROOT] for r in rows) == sorted(f"r{i}" for i in range(40))
+    kept = [r for r in rows if r["_lineage_outcome"] == "PRESENT"]
+    assert sorted(r["y"] for r in kept) == sorted(2 * i for i in range(40) if i % 5)
+    assert all(not C.is_reserved(n) or n in C.PUBLIC for n in first.column_names)
+    report = ds.report()
+    stages = {r["stage"]: r for r in report.stages.iter_rows(named=True)}
+    assert stages["some"]["dropped"] == 8 and stages["double"]["present"] == 40
+    assert report.coordinator_calls == 0
+
+
+def test_a_plan_with_an_expansion_still_has_its_coordinator():
+    ds = ld.from_items([{"id": 1, "n": 2}]).expand_lineage(
+        lambda r: ({"k": k} for k in range(r["n"])), name="kids"
+    )
+    assert not ds._plan.flat
+    batches = ds.iter_batches(batch_size=None)
+    next(batches)
+    assert helpers() != []
+    list(batches)
+
+
+def test_int_and_str_values_of_one_column_in_two_tasks_fail_only_the_later_row():
+    def shape(row):
+        if row["id"] == "r13":
+            time.sleep(2.0)  # the int rows of the other tasks establish the column's type first
+            return {"id": row["id"], "x": "thirteen"}
+        return {"id": row["id"], "x": row["n"]}
+
+    src = ray.data.from_items([{"id": f"r{i}", "n": i} for i in range(16)], override_num_blocks=4)
+    ds = ld.from_ray(src, id_column="id").map(shape, name="shape")
+    out = by_root(ds.take_all(), ds.report())
+    assert len(out) == 16
+    assert status(out["r13"]) == (
+        "FAILED",
+        "TypeConflict: column 'x' has int64 and string",
+        "shape",
+    )
+    assert all(out[f"r{i}"]["x"] == i for i in range(16) if i != 13)
+    assert stored_types() == []
+
+
+def test_duplicate_ids_in_two_blocks_are_refused_even_where_a_copy_failed():
+    src = ray.data.from_items([{"id": i % 6, "v": i} for i in range(12)], override_num_blocks=2)
+
+    def picky(row):
+        if row["v"] >= 6:
+            raise ValueError("second half")
+        return row
+
+    ds = ld.from_ray(src, id_column="id").map(picky, name="picky")
+    with pytest.raises(ld.DuplicateRootError, match="duplicate lineage root id"):
+        ds.take_all()
+    assert helpers() == [] and stored_types() == []
+
+
+def test_duplicate_ids_in_two_blocks_are_refused_on_the_write_path(tmp_path):
+    src = ray.data.from_items([{"id": i % 3, "v": i} for i in range(6)], override_num_blocks=2)
+    ds = ld.from_ray(src, id_column="id").map_batches(lambda b: b, batch_size=2, name="noop")
+    with pytest.raises(ld.DuplicateRootError, match="duplicate lineage root id"):
+        ds.write_parquet(str(tmp_path / "out"))
