@@ -141,15 +141,19 @@ class Ledger:
     def _take_closed(self, table: pa.Table, now: float) -> np.ndarray:
         """The rows of roots not delivered before (the first copy of each), recorded: all vectorized."""
         slots = self._slots(table[C.ROOT])
-        _, first = np.unique(slots, return_index=True)
-        keep = np.sort(first[(self._flags.data[slots[first]] & _DONE) == 0])
+        if len(slots) < 2 or (slots[1:] > slots[:-1]).all():  # the usual batch: distinct roots
+            first = np.arange(len(slots))
+        else:
+            _, first = np.unique(slots, return_index=True)
+            first.sort()
+        keep = first[(self._flags.data[slots[first]] & _DONE) == 0]
         if C.BLOCK in table.column_names:
             self._check_blocks(table, slots, keep)
         self.duplicates += table.num_rows - len(keep)
         if len(keep):
             codes = _codes(table[C.OUTCOME])[keep]
-            causes = table[C.CAUSE] if C.CAUSE in table.column_names else None
-            stages = table[C.STAGE] if C.STAGE in table.column_names else None
+            causes = _told(table, C.CAUSE)
+            stages = _told(table, C.STAGE)
             detail: dict[int, tuple[str | None, str | None]] = {}
             if causes is not None or stages is not None:
                 picked = pa.array(keep, pa.int64())
@@ -170,7 +174,8 @@ class Ledger:
         The same block again is a copy (Ray ran its source task again): dropped, as any copy is.
         """
         column = C.one_chunk(table[C.BLOCK])
-        tags = np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        column = pc.fill_null(column, 0) if column.null_count else column
+        tags = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
         blocks = self._blocks
         blocks.ensure(len(self._index))
         blocks.data[slots[keep]] = tags[keep]  # the first copy of a new root names its block
@@ -486,6 +491,14 @@ def _codes(outcomes: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if index.null_count:
         raise ValueError(f"unknown outcome in {pc.unique(outcomes).to_pylist()}")
     return (np.asarray(index.to_numpy(zero_copy_only=False)) + 1).astype(np.uint8)
+
+
+def _told(table: pa.Table, name: str) -> pa.ChunkedArray | None:
+    """Column ``name`` of ``table``, or None when it is absent or all null (the usual PRESENT batch)."""
+    if name not in table.column_names:
+        return None
+    column = table[name]
+    return None if column.null_count == len(column) else column
 
 
 def _valid(values: pa.ChunkedArray | pa.Array | None, n: int) -> np.ndarray:

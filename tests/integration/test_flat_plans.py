@@ -101,3 +101,20 @@ def test_duplicate_ids_in_two_blocks_are_refused_on_the_write_path(tmp_path):
     ds = ld.from_ray(src, id_column="id").map_batches(lambda b: b, batch_size=2, name="noop")
     with pytest.raises(ld.DuplicateRootError, match="duplicate lineage root id"):
         ds.write_parquet(str(tmp_path / "out"))
+
+
+def test_a_stage_closing_over_a_large_table_is_shipped_by_reference():
+    from lineage_data._ray import lower as L
+    from lineage_data._ray.typestore import TypeStore
+
+    table = {i: i * i for i in range(50_000)}  # pickles to ~500 KB: over the inline limit
+    ds = ld.from_items([{"k": k} for k in (3, 70, 49_999)]).map(
+        lambda r: {"k": r["k"], "sq": table[r["k"]]}, name="square"
+    )
+    shipped = [
+        L._Shipped(L._Step(ds._plan.for_workers(), 0, TypeStore("t"), 1024)),
+        L._Shipped(L._Step(ld.from_items([{"k": 1}]).map(lambda r: r)._plan, 0, TypeStore("t"), 8)),
+    ]
+    assert (shipped[0].step, shipped[0].ref is not None) == (None, True)
+    assert (shipped[1].step is not None, shipped[1].ref) == (True, None)
+    assert sorted(r["sq"] for r in ds.take_all(keep_lineage=False)) == [9, 4900, 49_999**2]
