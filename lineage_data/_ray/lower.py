@@ -96,6 +96,7 @@ class _Shipped:
     def get(self) -> _Step:
         if self.step is not None:
             return self.step
+        assert self.ref is not None
         step: _Step = ray.get(self.ref)
         return step
 
