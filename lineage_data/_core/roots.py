@@ -177,6 +177,10 @@ class RootIndex:
         """
         strings = as_strings(ids)
         hashes = hash_strings(strings)
+        if not all_new and len(hashes) > 1 and _distinct(hashes):
+            fused = self._add_distinct(strings, hashes)
+            if fused is not None:
+                return fused
         slots, taken = self._find(strings, hashes)
         known = slots >= 0
         new = np.flatnonzero(~known)
@@ -192,6 +196,31 @@ class RootIndex:
         self._names.append(pa.concat_arrays([fresh_ids]))
         self._table.insert(fresh, base)
         return slots, known
+
+    def _add_distinct(
+        self, strings: pa.StringArray, hashes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`add_known` for distinct hashes in one probe per id: found, or placed where it ends.
+
+        None (nothing changed) when an id's hash is held by another id: the general path handles it.
+        """
+        found, claimed = self._table.claim(hashes)
+        hits = np.flatnonzero(found >= 0)
+        if len(hits):
+            queried = strings if len(hits) == len(strings) else strings.take(pa.array(hits))
+            same = pc.equal(self.ids(found[hits]), queried)
+            if not pc.all(same).as_py():
+                self._table.release(claimed)
+                return None
+        new = np.flatnonzero(claimed >= 0)
+        base = len(self)
+        found[new] = base + np.arange(len(new))
+        if len(new):
+            # a copy: never pin the caller's batch (concat copies, 10x faster than take for all rows)
+            fresh_ids = strings.take(pa.array(new)) if len(new) < len(strings) else strings
+            self._names.append(pa.concat_arrays([fresh_ids]))
+            self._table.settle(hashes[new], claimed[new], base)
+        return found, np.asarray(found < base)
 
     def _add_repeated(
         self,
@@ -309,6 +338,62 @@ class _HashTable:
                     break
                 at = (at + 1) & mask
         return out
+
+    def claim(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Find each of the distinct ``hashes``, or claim the free cell its probe ends at.
+
+        Returns the slot holding each hash (``-1``: none) and the cell each absent hash claimed (``-1``:
+        found). A claimed cell holds a marker until :meth:`settle` (or :meth:`release`) replaces it;
+        other hashes of the batch probe past markers. One probe sequence per hash, where a lookup then
+        an insert walked it twice.
+        """
+        n = len(hashes)
+        if (self._used + n) > self._MAX_LOAD * len(self._cells):
+            self._grow(self._used + n)
+        found = np.full(n, -1, dtype=np.int64)
+        claimed = np.full(n, -1, dtype=np.int64)
+        mask = (1 << self._bits) - 1
+        cell = (hashes >> np.uint64(64 - self._bits)).astype(np.int64)
+        rows = np.arange(n)
+        cells, known = self._cells, self._hashes
+        while len(rows) > _FEW:
+            held = cells[cell]
+            full = held >= 0
+            hit = full.copy()
+            if hit.any():
+                hit[full] = known[held[full]] == hashes[rows[full]]
+                found[rows[hit]] = held[hit]
+            free = np.flatnonzero(held == -1)
+            markers = (-2 - rows[free]).astype(np.int32)
+            cells[cell[free]] = markers  # one of the rows aiming at a free cell wins it
+            won = free[cells[cell[free]] == markers]
+            claimed[rows[won]] = cell[won]
+            on = ~hit
+            on[won] = False
+            rows, cell = rows[on], (cell[on] + 1) & mask
+        for row, at in zip(rows.tolist(), cell.tolist(), strict=True):  # the long probes
+            wanted = hashes[row]
+            while True:
+                held_at = int(cells[at])
+                if held_at == -1:
+                    cells[at] = -2 - row
+                    claimed[row] = at
+                    break
+                if held_at >= 0 and known[held_at] == wanted:
+                    found[row] = held_at
+                    break
+                at = (at + 1) & mask
+        return found, claimed
+
+    def settle(self, hashes: np.ndarray, cells: np.ndarray, base: int) -> None:
+        """The claimed ``cells`` get slots ``base, base + 1...``, whose hashes are ``hashes``."""
+        self.record(hashes, base)
+        self._cells[cells] = base + np.arange(len(cells), dtype=np.int32)
+        self._used += len(cells)
+
+    def release(self, claimed: np.ndarray) -> None:
+        """Free the cells a :meth:`claim` took (its batch goes the general way)."""
+        self._cells[claimed[claimed >= 0]] = -1
 
     def insert(self, hashes: np.ndarray, base: int) -> None:
         """Slots ``base, base + 1...`` get ``hashes`` (distinct, none in the table)."""

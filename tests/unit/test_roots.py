@@ -77,3 +77,33 @@ def test_hashes_that_crowd_one_cell_probe_on_and_stay_exact(monkeypatch):
         assert index.add(names[lo : lo + 250]).tolist() == list(range(lo, lo + 250))
     assert (index.find(names[::-1]) == np.arange(len(names))[::-1]).all()
     assert (index.find([f"r{i}" for i in range(3_000, 3_100)]) == -1).all()
+
+
+@pytest.mark.parametrize("buckets", [None, 97, 3])
+def test_random_batches_match_a_dict_with_and_without_shared_hashes(monkeypatch, buckets):
+    # ids repeat within and across batches; with buckets, many distinct ids share one hash
+    if buckets is not None:
+        monkeypatch.setattr(
+            R,
+            "hash_strings",
+            lambda v: np.array([int(x[1:]) % buckets for x in v.to_pylist()], np.uint64),
+        )
+    # (slots follow arrival except among ids of one batch that share a hash: any order is exact)
+    rng = np.random.default_rng(7)
+    index, reference = RootIndex(), {}
+    for _ in range(60):
+        size = int(rng.integers(1, 400))
+        batch = [f"r{int(i)}" for i in rng.integers(0, 3_000, size)]
+        if rng.random() < 0.5:
+            batch = list(dict.fromkeys(batch))  # distinct ids: the one-probe path
+        slots, known = index.add_known(batch)
+        assert known.tolist() == [n in reference for n in batch]
+        for name, slot in zip(batch, slots.tolist(), strict=True):
+            assert reference.setdefault(name, slot) == slot
+        assert len(index) == len(reference) and sorted(set(reference.values())) == list(
+            range(len(reference))
+        )
+    names = list(reference)
+    assert index.find(names).tolist() == [reference[n] for n in names]
+    slots = np.array([reference[n] for n in names])
+    assert index.ids(slots).to_pylist() == names
