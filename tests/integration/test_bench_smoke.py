@@ -93,6 +93,7 @@ def test_overhead_smoke(smoke_all: tuple[dict, Path]) -> None:
     h = _headline("overhead", smoke_all)
     assert h["overhead_ratio"] > 0
     assert h["overhead_ratio_from_ray"] > 0
+    assert h["median_rep_ratio"] > 0 and h["median_rep_ratio_from_ray"] > 0
     assert h["rows"] > 0
 
 
