@@ -77,7 +77,7 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         "lineage_data_from_ray": _lineage_from_ray,
     }
     walls: dict[str, list[float]] = {name: [] for name in variants}
-    for name, fn in variants.items():  # untimed: worker processes and imports warm for every side
+    for fn in variants.values():  # untimed: worker processes and imports warm for every side
         _timed(fn, rows[: max(1, len(rows) // 10)])
     for rep in range(REPEATS[scale]):
         for name, fn in variants.items():
