@@ -1,7 +1,8 @@
 """``overhead``: an identity UDF over N rows, lineage_data ``map_batches`` vs plain Ray Data.
 
 Same rows, same batch size, same (task-based) compute, both consumed with ``iter_batches`` on the driver.
-Each side runs ``repeats`` times, interleaved; the best wall of each is compared (the machine is shared).
+Each side runs once untimed (on a tenth of the rows), then ``repeats`` times, interleaved; the best wall of
+each is compared (the machine is shared), and the median of the per-repeat ratios is reported beside it.
 A third variant wraps the plain Ray Data source with ``ld.from_ray`` so source blocking can be told
 apart from per-batch lineage costs.
 """
