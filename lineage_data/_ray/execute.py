@@ -104,15 +104,16 @@ class _Pass:
     """One lowering of a plan: its coordinator, its group holders and the lazy Ray Dataset.
 
     A flat plan (see :attr:`Plan.flat`) has neither: its operators establish column types in a
-    :class:`TypeStore`, and nothing waits for a helper to start.
+    :class:`TypeStore`, and nothing waits for a helper to start. Without a ledger (``to_ray()``) a
+    flat plan on a Ray Dataset keeps its coordinator: there the registry refuses duplicate ids.
     """
 
-    def __init__(self, plan: Plan, supervisor: Supervisor) -> None:
+    def __init__(self, plan: Plan, supervisor: Supervisor, *, ledger: bool = True) -> None:
         run_id = new_run_id()
         self.helpers: list[Helper] = []
         self.creators: list[Callable[[], Any]] = []
         self.client: CoordinatorClient | TypeStore
-        if plan.flat:
+        if plan.flat and (ledger or not isinstance(plan.source, RaySource)):
             self.client = TypeStore(run_id)
         else:
             self.client, create = start_coordinator(run_id)
@@ -415,7 +416,7 @@ def detached_dataset(plan: Plan) -> Any:
     from ray.data._internal.execution.execution_callback import ExecutionCallback
 
     ensure_ray()
-    current = _Pass(plan, Supervisor())
+    current = _Pass(plan, Supervisor(), ledger=False)
     helpers, client = list(current.helpers), current.client
     state = {"runs": 0, "stopped": False}
 

@@ -209,8 +209,9 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
 
     Sources that know their roots up front (items, files) need no registration: the driver expects
     them. A Ray Dataset source registers the ids of each block with ``client`` as it reads them,
-    idempotently per block (a retried source task registers the same block again); in a flat plan it
-    tags the rows with their block instead, and the consumer's ledger refuses duplicate ids.
+    idempotently per block (a retried source task registers the same block again). A flat plan's
+    client registers nothing (a :class:`~lineage_data._ray.typestore.TypeStore`): its rows are tagged
+    with their block instead, and the consumer's ledger refuses duplicate ids.
     """
     match plan.source:
         case ItemsSource() as src:
@@ -223,7 +224,8 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
                 FileDatasource(src.reader, files, files_per_task=src.files_per_task)
             )
         case RaySource() as src:
-            return _ray_dataset(plan, src, None if plan.flat else client.for_stage("from_ray"))
+            registry = client.for_stage("from_ray") if hasattr(client, "register_roots") else None
+            return _ray_dataset(plan, src, registry)
         case MaterializedSource() as src:
             return _materialized_dataset(plan, src)
     raise ValueError(f"unknown source {plan.source!r}")

@@ -45,14 +45,9 @@ class LateKiller(threading.Thread):
                     break
 
 
-def test_killing_from_ray_source_tasks_after_registration_gives_the_clean_output(
-    tmp_path, clean_reference
-):
-    source = ld.from_ray(
-        ray.data.from_items(faultkit.corpus(), override_num_blocks=16), id_column="doc"
-    )
-    ds = faultkit.pipeline(tmp_path, source=source, expand=faultkit.make_slow_expand(str(tmp_path)))
-    killer = LateKiller(2, tmp_path)
+def consume_killing_two(ds, log_dir):
+    """Consume ``ds`` while two source-task workers are killed; both kills and no error checked."""
+    killer = LateKiller(2, log_dir)
     killer.start()
     try:
         run = faultkit.consume(ds)
@@ -61,6 +56,17 @@ def test_killing_from_ray_source_tasks_after_registration_gives_the_clean_output
         killer.join(timeout=10)
     assert len(killer.killed) == 2 and all(ok for *_, ok in killer.killed), killer.killed
     assert run.error is None, f"{faultkit.describe_error(run.error)} | {killer.killed}"
+    return run, killer
+
+
+def test_killing_from_ray_source_tasks_after_registration_gives_the_clean_output(
+    tmp_path, clean_reference
+):
+    source = ld.from_ray(
+        ray.data.from_items(faultkit.corpus(), override_num_blocks=16), id_column="doc"
+    )
+    ds = faultkit.pipeline(tmp_path, source=source, expand=faultkit.make_slow_expand(str(tmp_path)))
+    run, killer = consume_killing_two(ds, tmp_path)
     got, duplicated = faultkit.comparable(run.rows)
     problem = faultkit.diff(clean_reference, got, duplicated)
     assert not problem, f"{problem} | {killer.killed}"
@@ -81,14 +87,6 @@ def test_killing_the_tasks_of_a_flat_from_ray_plan_loses_and_repeats_nothing(tmp
     source = ld.from_ray(ray.data.from_items(items, override_num_blocks=12), id_column="doc")
     ds = source.map(slow_double, name="double")
     assert ds._plan.flat
-    killer = LateKiller(2, tmp_path)
-    killer.start()
-    try:
-        run = faultkit.consume(ds)
-    finally:
-        killer.stop_event.set()
-        killer.join(timeout=10)
-    assert len(killer.killed) == 2 and all(ok for *_, ok in killer.killed), killer.killed
-    assert run.error is None, f"{faultkit.describe_error(run.error)} | {killer.killed}"
+    run, killer = consume_killing_two(ds, tmp_path)
     got = sorted((r["doc"], r["_lineage_outcome"], r["v2"]) for r in run.rows)
     assert got == [(f"d{i:03d}", "PRESENT", 2 * i) for i in range(48)], killer.killed

@@ -118,3 +118,13 @@ def test_a_stage_closing_over_a_large_table_is_shipped_by_reference():
     assert (shipped[0].step, shipped[0].ref is not None) == (None, True)
     assert (shipped[1].step is not None, shipped[1].ref) == (True, None)
     assert sorted(r["sq"] for r in ds.take_all(keep_lineage=False)) == [9, 4900, 49_999**2]
+
+
+def test_to_ray_of_a_flat_from_ray_plan_still_refuses_duplicate_ids():
+    # no consumer's ledger behind to_ray(): the coordinator's registry refuses them
+    src = ray.data.from_items([{"id": i % 3, "v": i} for i in range(6)], override_num_blocks=2)
+    lowered = ld.from_ray(src, id_column="id").map(lambda r: r, name="same").to_ray()
+    with pytest.raises(Exception, match="duplicate lineage root id"):
+        lowered.take_all()
+    ok = ld.from_ray(ray.data.range(6)).map(lambda r: {"id": r["id"] + 1}, name="inc").to_ray()
+    assert sorted(r["id"] for r in ok.take_all()) == [1, 2, 3, 4, 5, 6]
