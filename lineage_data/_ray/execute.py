@@ -453,7 +453,7 @@ def detached_dataset(plan: Plan) -> Any:
 def stop_helpers(helpers: list[Helper], client: Any) -> None:
     """Kill a pass's helpers for good; drop its types from Ray's key-value store (a flat plan)."""
     kill_all(helpers)
-    if isinstance(client, TypeStore) and ray.is_initialized():
+    if isinstance(client, TypeStore):
         client.drop()
 
 

@@ -10,6 +10,7 @@ An operator asks only for columns it has not seen yet, so a run makes a few such
 
 from __future__ import annotations
 
+import ray
 from ray.experimental import internal_kv
 
 _NAMESPACE = "lineage_data"
@@ -22,14 +23,13 @@ class TypeStore:
     Picklable (two strings). ``drop()`` removes the run's keys; the driver calls it when the pass ends.
     """
 
-    def __init__(self, run_id: str, stage: str | None = None) -> None:
+    def __init__(self, run_id: str) -> None:
         self.name = f"lineage-{run_id}-types"
         self._run_id = run_id
-        self._stage = stage
 
     def for_stage(self, stage: str) -> TypeStore:
         """The same store (stages are named in each call)."""
-        return TypeStore(self._run_id, stage)
+        return self
 
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
         """First writer wins, per column: the established type token of each column of ``types``."""
@@ -44,7 +44,7 @@ class TypeStore:
 
     def drop(self) -> None:
         """Forget the run's types (its pass is over)."""
-        if internal_kv._internal_kv_initialized():
+        if ray.is_initialized() and internal_kv._internal_kv_initialized():  # (not after shutdown)
             internal_kv._internal_kv_del(
                 self._run_id + _SEP, del_by_prefix=True, namespace=_NAMESPACE
             )
