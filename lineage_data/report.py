@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -10,7 +11,6 @@ import polars as pl
 OUTCOME_COLUMNS = ("PRESENT", "DROPPED", "FAILED", "SUPPRESSED")
 
 
-@dataclass(frozen=True)
 class RunReport:
     """What one execution did.
 
@@ -19,17 +19,50 @@ class RunReport:
             ``failed``, ``suppressed``) of the rows it emitted, and ``children`` for expansions.
         parents: one row per source root: ``root``, ``outcome``, ``cause``, ``stage``, ``committed_s``
             (seconds from the start of the run to the moment the root's terminal row was emitted).
+            Built on first use: a run of 1M roots that nobody asks about does not pay for the table.
         wall_s: seconds from the start of the run to the end of its output.
         coordinator_calls: batch-level calls the coordinators served (all passes).
         extra: ``passes`` (1 + repair passes), ``repaired_roots``, ``lost_roots``,
             ``duplicates_dropped`` (second copies kept from the consumer), ``helpers_recreated``.
     """
 
-    stages: pl.DataFrame
-    parents: pl.DataFrame
-    wall_s: float
-    coordinator_calls: int
-    extra: dict[str, Any] = field(default_factory=dict)
+    def __init__(
+        self,
+        stages: pl.DataFrame,
+        parents: pl.DataFrame | Callable[[], pl.DataFrame],
+        wall_s: float,
+        coordinator_calls: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.stages = stages
+        self._parents = parents  # the table, or the function that builds it (called once)
+        self.wall_s = wall_s
+        self.coordinator_calls = coordinator_calls
+        self.extra: dict[str, Any] = dict(extra or {})
+        self._lock = threading.Lock()
+
+    @property
+    def parents(self) -> pl.DataFrame:
+        """See the class docstring."""
+        with self._lock:
+            if callable(self._parents):
+                self._parents = self._parents()
+            return self._parents
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable: the table built, no lock
+        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        state["_parents"] = self.parents
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"RunReport(stages={len(self.stages)}, wall_s={self.wall_s:.3f}, "
+            f"coordinator_calls={self.coordinator_calls}, extra={self.extra})"
+        )
 
     @classmethod
     def from_snapshot(
@@ -58,26 +91,12 @@ class RunReport:
                 }
             )
         terminal = snapshot["terminal"]
-        if hasattr(terminal, "to_arrow"):  # a ledger's TerminalRows: columns, no row per root
-            parents = pl.DataFrame(terminal.to_arrow(), schema=_PARENT_SCHEMA)
-        else:
-            parents = pl.DataFrame(
-                {
-                    "root": list(terminal),
-                    "outcome": [t[0] for t in terminal.values()],
-                    "cause": [t[1] for t in terminal.values()],
-                    "stage": [t[2] for t in terminal.values()],
-                    "committed_s": [float(t[3]) for t in terminal.values()],
-                },
-                schema=_PARENT_SCHEMA,
-            )
-        parents = parents.sort("committed_s", maintain_order=True)  # ties stay in commit order
         return cls(
             stages=pl.DataFrame(stage_rows, schema=_STAGE_SCHEMA),
-            parents=parents,
+            parents=lambda: _parents(terminal),
             wall_s=wall_s,
             coordinator_calls=int(snapshot["progress"]["reports"]),
-            extra=dict(extra or {}),
+            extra=extra,
         )
 
     @property
@@ -176,6 +195,26 @@ class RunReport:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         return path
+
+
+def _parents(terminal: Any) -> pl.DataFrame:
+    """The ``parents`` table of terminal rows (a ledger's :class:`TerminalRows`, or a plain mapping)."""
+    if hasattr(terminal, "to_arrow"):  # a ledger's TerminalRows: columns, no row per root
+        parents = pl.DataFrame(terminal.to_arrow(), schema=_PARENT_SCHEMA)
+    else:
+        parents = pl.DataFrame(
+            {
+                "root": list(terminal),
+                "outcome": [t[0] for t in terminal.values()],
+                "cause": [t[1] for t in terminal.values()],
+                "stage": [t[2] for t in terminal.values()],
+                "committed_s": [float(t[3]) for t in terminal.values()],
+            },
+            schema=_PARENT_SCHEMA,
+        )
+    if parents["committed_s"].is_sorted():  # completion order is commit order (usual): no sort
+        return parents
+    return parents.sort("committed_s", maintain_order=True)  # ties stay in commit order
 
 
 _STAGE_SCHEMA = {

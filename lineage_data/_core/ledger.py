@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from lineage_data._core import columns as C
 from lineage_data._core.errors import DuplicateRootError
 from lineage_data._core.outcomes import Outcome, Status, entering
-from lineage_data._core.roots import RootIndex
+from lineage_data._core.roots import RootIndex, as_strings
 
 LOST = "LostError"
 
@@ -334,9 +334,10 @@ class Ledger:
 
     def terminal(self) -> TerminalRows:
         """Every delivered root's terminal row: ``root -> (outcome, cause, stage, committed_s)``."""
-        order = self._order.data[: self._done]
+        order = self._order.data[: self._done].copy()
+        index = self._index
         return TerminalRows(
-            self._index.ids(order),
+            lambda: index.ids(order),  # the ids, taken only when a report asks for them
             self._flags.data[order] & _DONE,
             self._seconds.data[order],
             order,
@@ -375,13 +376,14 @@ class TerminalRows(Mapping[str, TerminalRow]):
 
     def __init__(
         self,
-        roots: pa.StringArray | list[str],
+        roots: pa.StringArray | list[str] | Callable[[], pa.StringArray],
         codes: np.ndarray,
         seconds: np.ndarray,
         slots: np.ndarray,
         detail: Mapping[int, tuple[str | None, str | None]],
     ) -> None:
-        self._ids = roots if isinstance(roots, pa.Array) else pa.array(roots, pa.string())
+        self._roots_of = roots if callable(roots) else None  # the ids, taken on first use
+        self._id_array = None if callable(roots) else as_strings(roots)
         self._list: list[str] | None = None  # the ids as Python strings, made on first use
         self._codes = codes
         self._seconds = seconds
@@ -394,13 +396,20 @@ class TerminalRows(Mapping[str, TerminalRow]):
         self._where: dict[str, int] | None = None
 
     @property
+    def _ids(self) -> pa.StringArray:
+        if self._id_array is None:
+            assert self._roots_of is not None
+            self._id_array, self._roots_of = self._roots_of(), None
+        return self._id_array
+
+    @property
     def _roots(self) -> list[str]:
         if self._list is None:
             self._list = self._ids.to_pylist()
         return self._list
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._codes)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._roots)
@@ -487,6 +496,9 @@ def _outcome_names() -> pa.StringArray:
 
 def _codes(outcomes: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Outcome codes (1 = PRESENT ...) of an outcome column."""
+    present = pc.equal(outcomes, Outcome.PRESENT.value)
+    if pc.sum(present).as_py() == len(outcomes):  # the usual batch: a third of index_in's time
+        return np.ones(len(outcomes), dtype=np.uint8)
     index = pc.index_in(outcomes, value_set=_outcome_names().slice(1))
     if index.null_count:
         raise ValueError(f"unknown outcome in {pc.unique(outcomes).to_pylist()}")

@@ -90,6 +90,10 @@ class RowStageOp:
         such a row is in none of them.
         """
         level = self._stage.level
+        if level == 0 and C.all_source_rows(table):  # the usual source-level batch: O(1) checks
+            present = pc.equal(C.one_chunk(table[C.OUTCOME]), Outcome.PRESENT.value)
+            if present.true_count == table.num_rows:
+                return None
         found = C.shape(table)
         if found is None or table[C.OUTCOME].null_count:
             entity = C.depth_mask(table, level, header=False)
@@ -104,6 +108,8 @@ class RowStageOp:
         return ~entity, entity & ~live, live
 
     def _run(self, live: pa.Table, counts: Counter[str]) -> list[pa.Table]:
+        if not self._fenced:
+            return self._run_unfenced(live)
         name = self._stage.name
         n = live.num_rows
         # ids and paths as Python values: for the coordinator and for tombstones only (an unfenced
@@ -160,31 +166,48 @@ class RowStageOp:
                     keep.append(j)
                 else:
                     tombs.append((i, statuses[j]))
-        out = []
-        if tombs:
-            if not roots:
-                roots = live[C.ROOT].to_pylist()
-                paths = C.paths(live[C.PATH], self._stage.level)
-            tags = live[C.BLOCK].to_pylist() if C.BLOCK in live.column_names else None
-            out.append(
-                C.rows_to_table(
-                    [
-                        _tombstone(roots[i], paths[i], st, tags[i] if tags else None)
-                        for i, st in tombs
-                    ]
-                )
-            )
+        out = [self._tombstones(live, tombs, roots, paths)] if tombs else []
         if keep and result is not None:
             whole = len(keep) == len(run_idx)
             values = result.table if whole else result.table.take(keep)
             lineage = C.lineage_only(run if whole else live.take([run_idx[j] for j in keep]))
-            out.append(
-                pa.Table.from_arrays(
-                    [*values.columns, *lineage.columns],
-                    names=[*values.column_names, *lineage.column_names],
-                )
-            )
+            out.append(_joined(values, lineage))
         return out
+
+    def _run_unfenced(self, live: pa.Table) -> list[pa.Table]:
+        """:meth:`_run` of a source-level stage: no coordinator, no barrier, one call of the function.
+
+        Its rows that do not come back PRESENT become tombstones; the usual batch comes back whole
+        and costs a few Arrow calls, no Python work per row.
+        """
+        result = self._conform(self._call(live.select(C.user_columns(live.column_names))))
+        statuses = result.statuses
+        lineage = C.lineage_only(live)
+        if statuses.count(outcomes.PRESENT) == len(statuses):
+            return [_joined(result.table, lineage)]
+        present = np.fromiter((s.present for s in statuses), dtype=bool, count=len(statuses))
+        tombs = [(i, statuses[i]) for i in np.flatnonzero(~present).tolist()]
+        out = [self._tombstones(live, tombs, [], [])]
+        if present.any():
+            mask = pa.array(present)
+            out.append(_joined(result.table.filter(mask), lineage.filter(mask)))
+        return out
+
+    def _tombstones(
+        self,
+        live: pa.Table,
+        tombs: list[tuple[int, Status]],
+        roots: list[str],
+        paths: list[tuple[int, ...]],
+    ) -> pa.Table:
+        """The rows of ``live`` at the ``tombs`` indexes, ended with their statuses (lineage only)."""
+        if not roots:
+            roots = live[C.ROOT].to_pylist()
+            paths = C.paths(live[C.PATH], self._stage.level)
+        tags = live[C.BLOCK].to_pylist() if C.BLOCK in live.column_names else None
+        return C.rows_to_table(
+            [_tombstone(roots[i], paths[i], st, tags[i] if tags else None) for i, st in tombs]
+        )
 
     def _call_batches(
         self,
@@ -242,6 +265,13 @@ class RowStageOp:
             if statuses[i].present:
                 statuses[i] = outcomes.rejected(cause, self._stage.name)
         return BatchResult(table, statuses, result.group)
+
+
+def _joined(values: pa.Table, lineage: pa.Table) -> pa.Table:
+    """The function's values beside the rows' lineage columns (same rows, same order)."""
+    return pa.Table.from_arrays(
+        [*values.columns, *lineage.columns], names=[*values.column_names, *lineage.column_names]
+    )
 
 
 def _rows(table: pa.Table, mask: Any) -> pa.Table:

@@ -593,6 +593,31 @@ def test_established_types_call_only_for_new_columns():
     assert calls == [["x"], ["y"]]
 
 
+def test_conform_table_skips_only_a_schema_that_needed_nothing():
+    types = C.EstablishedTypes(LineageState(), "pages")
+    ints = pa.table({"x": pa.array([1, 2], pa.int64()), "y": pa.nulls(2)})
+    assert types.conform_table(ints) == (ints, {})
+    assert types.conform_table(ints) == (ints, {})  # the remembered schema: passed at once
+    later = pa.table({"x": pa.array([1], pa.int64()), "y": pa.array(["a"])})
+    assert types.conform_table(later)[1] == {}  # y established now
+    table, failed = types.conform_table(pa.table({"x": ["s", "3"], "y": pa.nulls(2)}))
+    assert failed == {0: "TypeConflict: column 'x' has int64 and string", 1: failed[0]}
+    assert table["x"].type == pa.int64()
+    table, failed = types.conform_table(pa.table({"x": [1], "y": pa.array([2], pa.int64())}))
+    assert (table["y"].to_pylist(), failed) == (["2"], {})  # cast to the established string
+
+
+def test_conform_still_fixes_a_table_after_a_conformant_one_with_the_same_names():
+    good = C.conform(pa.table({"v": [1]}))
+    assert C.conform(good) is good
+    wrong = good.set_column(
+        good.column_names.index(C.CAUSE), C.CAUSE, pa.array([None], pa.large_string())
+    )
+    assert C.conform(wrong).schema.field(C.CAUSE).type == pa.string()
+    fixed = C.conform(good.drop_columns([C.PATH]))
+    assert fixed.schema.field(C.PATH).type == C.TYPES[C.PATH]
+
+
 @pytest.mark.parametrize("batch_format", ["pyarrow", "numpy"])
 def test_map_batches_output_type_that_changes_between_batches_fails_those_rows(batch_format):
     # Each batch is consistent in itself; the batch holding doc 4 says string where the run already

@@ -64,3 +64,32 @@ def test_a_block_of_batches_is_one_hand_off_and_a_group_failure_bars_later_sibli
     assert by_child[("a", 2)] == ("FAILED", "blank")
     assert {by_child[("a", p)] for p in range(3, 7)} == {("SUPPRESSED", "blank")}
     assert {by_child[("b", p)][0] for p in range(3)} == {"PRESENT"}
+
+
+def test_a_source_level_batch_makes_no_call_and_only_its_failed_rows_become_tombstones():
+    def halve(batch):
+        return {"half": [ld.RecordFailure("odd") if n % 2 else n // 2 for n in batch["n"]]}
+
+    plan = ld.from_items([{"n": n} for n in range(6)], id_column="n").map_batches(halve).plan
+    state = Counting()
+    ids = [str(n) for n in range(6)]
+    block = with_lineage(pa.table({"n": list(range(6))}), ids)
+    block = block.append_column(C.BLOCK, pa.array([7] * 6, pa.int64()))
+    outcome = block.column_names.index(C.OUTCOME)  # row "5" arrives failed: it is not run
+    block = block.set_column(outcome, C.OUTCOME, pa.array(["PRESENT"] * 5 + ["FAILED"]))
+    out = RowStageOp(plan.stages[0], 0, state)(block).to_pylist()
+    assert state.calls == []  # a source-level stage has no siblings: no coordinator call
+    got = {r[C.ROOT]: (r[C.OUTCOME], r.get("half"), r[C.CAUSE], r[C.BLOCK]) for r in out}
+    assert got == {
+        "0": ("PRESENT", 0, None, 7),
+        "1": ("FAILED", None, "odd", 7),
+        "2": ("PRESENT", 1, None, 7),
+        "3": ("FAILED", None, "odd", 7),
+        "4": ("PRESENT", 2, None, 7),
+        "5": ("SUPPRESSED", None, None, 7),
+    }
+    # the usual batch (every row PRESENT, every value back): values beside the lineage, in order
+    whole = RowStageOp(plan.stages[0], 0, state)(
+        block.slice(0, 5).filter(pa.array([True, False, True, False, True]))
+    )
+    assert [(r[C.ROOT], r["half"]) for r in whole.to_pylist()] == [("0", 0), ("2", 1), ("4", 2)]

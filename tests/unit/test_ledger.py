@@ -205,6 +205,30 @@ def test_terminal_rows_keep_causes_of_failed_roots_and_count_without_a_loop():
     assert report.parents.sort("root").equals(same.parents.sort("root"))
 
 
+def test_the_report_builds_its_parents_table_when_asked_in_commit_order_and_pickles(monkeypatch):
+    import pickle
+
+    from lineage_data._core import ledger as L
+    from lineage_data.report import RunReport
+
+    ledger = Ledger(0, ["a", "b", "c"], started_at=0.0)
+    ledger.take(closed(["b"]), now=3.0)
+    ledger.take(closed(["c", "a"]), now=2.0)  # completed later, at an earlier clock (a clock step)
+    asked = []
+    monkeypatch.setattr(
+        L.TerminalRows,
+        "to_arrow",
+        lambda self, f=L.TerminalRows.to_arrow: asked.append(1) or f(self),
+    )
+    snapshot = {"counts": {}, "progress": {"reports": 0}, "terminal": ledger.terminal()}
+    report = RunReport.from_snapshot(snapshot, {}, 1.0)
+    assert not asked  # a run nobody asks about does not pay for the table
+    assert report.parents["root"].to_list() == ["c", "a", "b"]  # by commit time, ties in order
+    assert report.parents["committed_s"].to_list() == [2.0, 2.0, 3.0] and len(asked) == 1
+    again = pickle.loads(pickle.dumps(report))
+    assert again.parents.equals(report.parents) and again.extra == report.extra
+
+
 def test_completed_since_names_roots_in_completion_order():
     ledger = Ledger(0, ["a", "b", "c"], started_at=0.0)
     ledger.take(closed(["b"]))

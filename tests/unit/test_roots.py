@@ -107,3 +107,34 @@ def test_random_batches_match_a_dict_with_and_without_shared_hashes(monkeypatch,
     assert index.find(names).tolist() == [reference[n] for n in names]
     slots = np.array([reference[n] for n in names])
     assert index.ids(slots).to_pylist() == names
+
+
+def test_a_string_hashes_the_same_in_a_batch_of_one_length_and_in_a_mixed_batch():
+    rng = np.random.default_rng(7)
+    alphabet = list("abé€\x00z09")
+    mixed = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(3000)]
+    hashes = hash_strings(pa.array(mixed))
+    for length in sorted({len(s.encode()) for s in mixed}):
+        same = [i for i, s in enumerate(mixed) if len(s.encode()) == length]
+        assert (hash_strings(pa.array([mixed[i] for i in same])) == hashes[same]).all()
+    assert len(set(hashes.tolist())) == len(set(mixed))
+
+
+def test_names_copy_each_id_a_few_times_only_and_stay_in_slot_order(monkeypatch):
+    copied = []
+    concat = pa.concat_arrays
+    monkeypatch.setattr(
+        R.pa, "concat_arrays", lambda arrays: copied.append(arrays) or concat(arrays)
+    )
+    names, expected = R._Names(), []
+    rng = np.random.default_rng(3)
+    for _ in range(600):  # batches of 1..5000 ids
+        batch = [f"r{len(expected) + i:08d}" for i in range(int(rng.integers(1, 5000)))]
+        names.append(pa.array(batch))
+        expected.extend(batch)
+    total = sum(len(s) + 4 for s in expected)
+    # every id is copied once per tier (log8 of 600 batches: 3), not again at every merge
+    assert sum(a.nbytes for arrays in copied for a in arrays) <= 4 * total
+    assert len(names._chunks) <= 7 * 4
+    slots = rng.integers(0, len(expected), 20_000)
+    assert names.take(slots).to_pylist() == [expected[i] for i in slots]
