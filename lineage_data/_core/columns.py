@@ -102,9 +102,7 @@ def conform(table: pa.Table) -> pa.Table:
             index = names.index(name)
             table = table.set_column(index, pa.field(name, wanted), table[name].cast(wanted))
             changed = True
-    if (
-        not changed
-    ):  # remember the schema (a new tuple: readers in other threads see one or the other)
+    if not changed:  # remembered in a new tuple: a reader in another thread sees one or the other
         _CONFORMANT = (schema, *_CONFORMANT[:3])
     return table
 
@@ -498,9 +496,8 @@ class EstablishedTypes:
         self._coordinator = coordinator
         self._stage = stage
         self._known: dict[str, pa.DataType] = {}
-        self._fits: pa.Schema | None = (
-            None  # the last schema that needed nothing (types never change)
-        )
+        # the last schema that needed nothing (an established type never changes)
+        self._fits: pa.Schema | None = None
 
     def build_rows(
         self, rows: Sequence[Mapping], *, groups: Sequence[Hashable] | None = None

@@ -112,12 +112,11 @@ class RowStageOp:
             return self._run_unfenced(live)
         name = self._stage.name
         n = live.num_rows
-        # ids and paths as Python values: for the coordinator and for tombstones only (an unfenced
-        # batch that comes back whole needs neither: no Python object per row)
-        roots: list[str] = live[C.ROOT].to_pylist() if self._fenced else []
-        paths: list[tuple[int, ...]] = C.paths(live[C.PATH], self._stage.level) if roots else []
-        handoff = self._coordinator.handoff(self._index, roots, paths) if self._fenced else None
-        barred = handoff.barred if handoff is not None else {}
+        # ids and paths as Python values, for the coordinator (one hand-off and one commit per block)
+        roots: list[str] = live[C.ROOT].to_pylist()
+        paths: list[tuple[int, ...]] = C.paths(live[C.PATH], self._stage.level)
+        handoff = self._coordinator.handoff(self._index, roots, paths)
+        barred = handoff.barred
         tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
         run_idx = [i for i in range(n) if i not in barred] if barred else list(range(n))
         batches: list[int] | None = None
@@ -133,7 +132,7 @@ class RowStageOp:
         statuses = result.statuses if result is not None else []
         # The usual batch: every row came back PRESENT (one C-level scan instead of a Python loop).
         all_present = statuses.count(outcomes.PRESENT) == len(statuses)
-        if handoff is not None and result is not None:
+        if result is not None:
             commit = self._coordinator.commit(
                 self._index,
                 handoff.generation,
@@ -150,8 +149,8 @@ class RowStageOp:
             )
             verdicts, suppressed = commit.verdicts, commit.suppressed
             stale = Verdict.STALE in verdicts
-        else:
-            verdicts, suppressed, stale = [Verdict.ACCEPTED] * len(statuses), {}, False
+        else:  # every row was barred: nothing ran, nothing to commit
+            verdicts, suppressed, stale = [], {}, False
         keep: list[int] | range
         if all_present and not suppressed and not stale:
             keep = range(len(run_idx))
@@ -187,7 +186,7 @@ class RowStageOp:
             return [_joined(result.table, lineage)]
         present = np.fromiter((s.present for s in statuses), dtype=bool, count=len(statuses))
         tombs = [(i, statuses[i]) for i in np.flatnonzero(~present).tolist()]
-        out = [self._tombstones(live, tombs, [], [])]
+        out = [self._tombstones(live, tombs)]
         if present.any():
             mask = pa.array(present)
             out.append(_joined(result.table.filter(mask), lineage.filter(mask)))
@@ -197,11 +196,14 @@ class RowStageOp:
         self,
         live: pa.Table,
         tombs: list[tuple[int, Status]],
-        roots: list[str],
-        paths: list[tuple[int, ...]],
+        roots: list[str] | None = None,
+        paths: list[tuple[int, ...]] | None = None,
     ) -> pa.Table:
-        """The rows of ``live`` at the ``tombs`` indexes, ended with their statuses (lineage only)."""
-        if not roots:
+        """The rows of ``live`` at the ``tombs`` indexes, ended with their statuses (lineage only).
+
+        ``roots`` and ``paths``: those of ``live`` as Python values, when the caller has them.
+        """
+        if roots is None or paths is None:
             roots = live[C.ROOT].to_pylist()
             paths = C.paths(live[C.PATH], self._stage.level)
         tags = live[C.BLOCK].to_pylist() if C.BLOCK in live.column_names else None
