@@ -190,6 +190,11 @@ def shape(table: pa.Table) -> tuple[np.ndarray, np.ndarray] | None:
     return np.diff(path.offsets.to_numpy()), header
 
 
+def all_present(outcomes: pa.ChunkedArray | pa.Array) -> bool:
+    """True when every value of an outcome column is PRESENT (a null is not): one Arrow scan."""
+    return pc.sum(pc.equal(outcomes, "PRESENT")).as_py() == len(outcomes) if len(outcomes) else True
+
+
 def all_source_rows(table: pa.Table) -> bool:
     """True when every row of ``table`` is a source (depth 0) entity, not a header: O(1) checks.
 

@@ -496,8 +496,7 @@ def _outcome_names() -> pa.StringArray:
 
 def _codes(outcomes: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Outcome codes (1 = PRESENT ...) of an outcome column."""
-    present = pc.equal(outcomes, Outcome.PRESENT.value)
-    if pc.sum(present).as_py() == len(outcomes):  # the usual batch: a third of index_in's time
+    if C.all_present(outcomes):  # the usual batch: a third of index_in's time
         return np.ones(len(outcomes), dtype=np.uint8)
     index = pc.index_in(outcomes, value_set=_outcome_names().slice(1))
     if index.null_count:

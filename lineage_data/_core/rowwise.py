@@ -90,10 +90,8 @@ class RowStageOp:
         such a row is in none of them.
         """
         level = self._stage.level
-        if level == 0 and C.all_source_rows(table):  # the usual source-level batch: O(1) checks
-            present = pc.equal(C.one_chunk(table[C.OUTCOME]), Outcome.PRESENT.value)
-            if present.true_count == table.num_rows:
-                return None
+        if level == 0 and C.all_source_rows(table) and C.all_present(table[C.OUTCOME]):
+            return None  # the usual source-level batch: O(1) checks and one scan
         found = C.shape(table)
         if found is None or table[C.OUTCOME].null_count:
             entity = C.depth_mask(table, level, header=False)
