@@ -264,3 +264,49 @@ def test_functools_partial_stage_is_named_after_the_function():
 
     ds = ld.from_items(ITEMS).map_batches(functools.partial(times, k=3))
     assert "map 'times'" in ds.explain()
+
+
+def test_task_stage_output_blocks_leave_in_one_piece_fused_into_the_stage():
+    """Ray chunks a task's output block once per batch; the plan's last task stage joins them."""
+    items = [{"x": i} for i in range(64)]
+    ds = ld.from_items(items).map_batches(
+        times, name="times", batch_size=4, batch_format="pyarrow", num_cpus=0.25
+    )
+    ops = map_ops(lower(ds.plan, Offline(), {}))
+    piece, stage = ops["MapBatches(one_piece)"], ops["MapBatches(times)"]
+    assert piece.input_dependencies == [stage]  # right after the stage: Ray fuses them when the
+    assert strategy_fields(piece.compute) == strategy_fields(stage.compute)  # strategy and
+    assert piece.ray_remote_args == stage.ray_remote_args  # the resources are the same
+    plain = ray.data.from_items(items, override_num_blocks=1).map_batches(
+        times, batch_size=4, batch_format="pyarrow"
+    )
+    chunked = [b for b in plain.iter_batches(batch_size=None, batch_format="pyarrow")]
+    assert max(b["x"].num_chunks for b in chunked) > 1  # what Ray Data alone hands on
+    tables = list(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+    assert sum(t.num_rows for t in tables) == 64
+    assert all(column.num_chunks == 1 for t in tables for column in t.columns)
+    assert sorted(x for t in tables for x in t["y"].to_pylist()) == [2 * i for i in range(64)]
+
+
+def test_actor_and_expansion_stages_get_no_one_piece_step():
+    by_actor = ld.from_items(ITEMS).map_batches(
+        Times, name="times", compute=ActorPoolStrategy(size=1), num_cpus=0.25
+    )
+    expanded = ld.from_items(DOCS, id_column="doc").expand_lineage(split, name="split")
+    for ds in (by_actor, expanded):
+        assert "MapBatches(one_piece)" not in map_ops(lower(ds.plan, Offline(), {}))
+
+
+def test_one_piece_joins_small_chunks_and_leaves_big_ones():
+    import numpy as np
+
+    from lineage_data._ray.lower import one_piece
+
+    small = pa.concat_tables([pa.table({"x": [i, i + 1], "s": ["a", None]}) for i in range(5)])
+    joined = one_piece(small)
+    assert [c.num_chunks for c in joined.columns] == [1, 1] and joined.equals(small)
+    whole = small.combine_chunks()
+    assert one_piece(whole) is whole  # one chunk per column already: untouched
+    big = pa.concat_tables([pa.table({"b": [np.zeros(1 << 20, np.uint8).tobytes()]})] * 3)
+    assert one_piece(big) is big  # MBs per chunk: the copy would cost more than it saves
+    assert one_piece(pa.table({})).num_columns == 0
