@@ -34,9 +34,9 @@ try:  # Ray Data's context of the running map task (internal; the digest alone w
 except ImportError:  # pragma: no cover - another Ray version
     _TaskContext = None  # type: ignore[assignment,misc]
 try:  # Ray's combine also joins its extension (tensor) columns; pyarrow's where it moved
-    from ray.data._internal.arrow_ops.transform_pyarrow import combine_chunks as _combine_chunks
+    from ray.data._internal.arrow_ops.transform_pyarrow import combine_chunks as _combine_extension
 except ImportError:  # pragma: no cover - another Ray version
-    _combine_chunks = pa.Table.combine_chunks
+    _combine_extension = pa.Table.combine_chunks
 
 # Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
 # small machine fractional-CPU tasks start many more worker processes and were 5x slower here.
@@ -243,7 +243,9 @@ def one_piece(table: pa.Table) -> pa.Table:
     chunks = sum(column.num_chunks for column in table.columns)
     if chunks <= table.num_columns or table.nbytes > _MAX_BYTES_PER_CHUNK * chunks:
         return table
-    return _combine_chunks(table)
+    if any(isinstance(kind, pa.ExtensionType) for kind in table.schema.types):
+        return _combine_extension(table)
+    return table.combine_chunks()  # ten times faster than Ray's, which goes column by column
 
 
 def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:

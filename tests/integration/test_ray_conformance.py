@@ -310,3 +310,14 @@ def test_one_piece_joins_small_chunks_and_leaves_big_ones():
     big = pa.concat_tables([pa.table({"b": [np.zeros(1 << 20, np.uint8).tobytes()]})] * 3)
     assert one_piece(big) is big  # MBs per chunk: the copy would cost more than it saves
     assert one_piece(pa.table({})).num_columns == 0
+    from ray.data._internal.tensor_extensions.arrow import ArrowTensorArray
+
+    shapes = [(2, 3), (1, 3), (2, 4)]  # the last: another shape, a variable-shaped column
+    tensors = pa.chunked_array([ArrowTensorArray.from_numpy(np.ones(s)) for s in shapes[:2]])
+    joined = one_piece(pa.table({"t": tensors, "x": pa.chunked_array([[1, 2], [3]])}))
+    assert joined["t"].num_chunks == 1 and len(joined) == 3
+    ragged = [
+        ArrowTensorArray.from_numpy([np.ones(s) for s in pair]) for pair in (shapes, shapes[1:])
+    ]
+    joined = one_piece(pa.table({"t": pa.chunked_array(ragged)}))
+    assert joined["t"].num_chunks == 1 and len(joined) == 5
