@@ -110,6 +110,16 @@ class Ledger:
         self.expect(expected)
 
     # -- what is expected -----------------------------------------------------------------------
+    def reserve(self, roots: int) -> None:
+        """Size the per-root state for ``roots`` roots in all, once (a hint: the source's row count).
+
+        Growing by doubling re-placed every root already in the hash table at each step: ~a quarter
+        of the ledger's CPU over 1M roots arriving in 5,000-root blocks, measured in-process.
+        """
+        self._index.reserve(roots)
+        for column in (self._flags, self._seconds, self._order):
+            column.ensure(roots)
+
     def expect(self, roots: Iterable[str]) -> None:
         """Roots the run must account for (known up front, or discovered by the source)."""
         roots = roots if isinstance(roots, pa.Array | pa.ChunkedArray) else list(roots)

@@ -189,6 +189,10 @@ class RootIndex:
     def __len__(self) -> int:
         return self._names.size
 
+    def reserve(self, ids: int) -> None:
+        """Size the hash table for ``ids`` ids in all (a hint: more still fit, fewer waste cells)."""
+        self._table.reserve(ids)
+
     def find(self, ids: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
         """The slot of every id (``-1`` for an id not in the index)."""
         strings = as_strings(ids)
@@ -465,6 +469,15 @@ class _HashTable:
             while cells[at] >= 0:
                 at = (at + 1) & mask
             cells[at] = slot
+
+    def reserve(self, slots: int) -> None:
+        """Room for ``slots`` slots in all: cells and hashes sized once, not doubled on the way."""
+        if slots > self._MAX_LOAD * len(self._cells):
+            self._grow(slots)
+        if slots > len(self._hashes):
+            grown = np.zeros(slots, np.uint64)  # pages are touched only as slots fill
+            grown[: self._slots] = self._hashes[: self._slots]
+            self._hashes = grown
 
     def _grow(self, needed: int) -> None:
         bits = self._bits

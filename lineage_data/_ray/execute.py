@@ -166,6 +166,8 @@ class Execution:
         # what a fault interrupted, and every root that arrived is checked complete at the end.
         self._from_ray = isinstance(plan.source, RaySource)
         self._mirror = self._from_ray and any(isinstance(s, Reduce) for s in plan.stages)
+        if self._from_ray:
+            self._ledger.reserve(_source_rows(plan))
         self._supervisor = Supervisor()
         self._supervisor.chore(self._chores)
         self._pass = _Pass(plan, self._supervisor)
@@ -455,6 +457,26 @@ def stop_helpers(helpers: list[Helper], client: Any) -> None:
     kill_all(helpers)
     if isinstance(client, TypeStore):
         client.drop()
+
+
+# The ledger is sized up front for at most this many roots of a Ray Dataset source (its hash table's
+# cells, 32 MB, are written at once; the rest is touched as roots arrive): a consumer that reads only
+# the first rows of a huge dataset does not pay for all of it.
+MAX_RESERVED_ROOTS = 4_000_000
+
+
+def _source_rows(plan: Plan) -> int:
+    """The rows a Ray Dataset source will give, where Ray knows without running it (0: unknown)."""
+    assert isinstance(plan.source, RaySource)
+    try:  # Ray's own count from block metadata (private; it never executes anything)
+        rows = plan.source.dataset._meta_count()
+    except Exception:  # noqa: BLE001 - a sizing hint only: another Ray version may lack it
+        return 0
+    if not isinstance(rows, int):
+        return 0
+    if plan.limit is not None:
+        rows = min(rows, plan.limit)
+    return max(0, min(rows, MAX_RESERVED_ROOTS))
 
 
 def _known_roots(plan: Plan) -> list[str]:

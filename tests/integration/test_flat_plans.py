@@ -128,3 +128,19 @@ def test_to_ray_of_a_flat_from_ray_plan_still_refuses_duplicate_ids():
         lowered.take_all()
     ok = ld.from_ray(ray.data.range(6)).map(lambda r: {"id": r["id"] + 1}, name="inc").to_ray()
     assert sorted(r["id"] for r in ok.take_all()) == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_ledger_is_sized_from_rays_own_row_count_bounded(monkeypatch):
+    import dataclasses
+
+    from lineage_data._ray import execute
+
+    plan = ld.from_ray(ray.data.from_items([{"i": i} for i in range(40)])).plan
+    assert execute._source_rows(plan) == 40  # Ray's block metadata: nothing runs
+    assert execute._source_rows(dataclasses.replace(plan, limit=7)) == 7
+    monkeypatch.setattr(execute, "MAX_RESERVED_ROOTS", 25)
+    assert execute._source_rows(plan) == 25  # a consumer of a few rows does not pay for all
+    unknown = ld.from_ray(ray.data.from_items([{"i": i} for i in range(40)]).filter(lambda r: True))
+    assert execute._source_rows(unknown.plan) == 0
+    rows = ld.from_ray(ray.data.from_items([{"i": i} for i in range(40)])).take_all()
+    assert sorted(r["i"] for r in rows) == list(range(40))

@@ -278,3 +278,19 @@ def test_untagged_rows_keep_the_copy_rule():
     assert ledger.take(closed(["a"])).num_rows == 0
     assert ledger.take(tagged(["a"], [None])).num_rows == 0
     assert ledger.duplicates == 2
+
+
+def test_a_reserved_ledger_accounts_exactly_as_one_that_grows():
+    batches = [
+        C.conform(
+            pa.table({C.ROOT: [f"r{i}" for i in range(lo, lo + 700)], C.OUTCOME: ["PRESENT"] * 700})
+        )
+        for lo in range(0, 3_500, 700)
+    ]
+    batches.append(batches[1])  # a copy: dropped by both
+    reserved, grown = Ledger(0, started_at=0.0), Ledger(0, started_at=0.0)
+    reserved.reserve(3_500)
+    for batch in batches:
+        assert reserved.take(batch, 1.0).equals(grown.take(batch, 1.0))
+    assert reserved.duplicates == grown.duplicates == 700
+    assert reserved.progress() == grown.progress()

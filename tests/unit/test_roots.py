@@ -138,3 +138,16 @@ def test_names_copy_each_id_a_few_times_only_and_stay_in_slot_order(monkeypatch)
     assert len(names._chunks) <= 7 * 4
     slots = rng.integers(0, len(expected), 20_000)
     assert names.take(slots).to_pylist() == [expected[i] for i in slots]
+
+
+def test_a_reserved_index_places_every_id_without_growing_and_still_takes_more():
+    index = RootIndex()
+    index.reserve(30_000)
+    cells = len(index._table._cells)
+    names = [f"id{i}" for i in range(30_000)]
+    slots = np.concatenate([index.add(names[lo : lo + 5_000]) for lo in range(0, 30_000, 5_000)])
+    assert len(index._table._cells) == cells  # sized once: no doubling on the way
+    assert slots.tolist() == list(range(30_000)) and (index.find(names) == slots).all()
+    assert index.add(["a", "id7", "b"]).tolist() == [30_000, 7, 30_001]  # past the hint
+    index.reserve(10)  # a smaller hint changes nothing
+    assert len(index._table._cells) == cells and index.find(["b"]).tolist() == [30_001]
