@@ -110,14 +110,17 @@ class Ledger:
         self.expect(expected)
 
     # -- what is expected -----------------------------------------------------------------------
-    def reserve(self, roots: int) -> None:
+    def reserve(self, roots: int, *, tagged: bool = False) -> None:
         """Size the per-root state for ``roots`` roots in all, once (a hint: the source's row count).
 
         Growing by doubling re-placed every root already in the hash table at each step: ~a quarter
         of the ledger's CPU over 1M roots arriving in 5,000-root blocks, measured in-process.
+        ``tagged``: the rows will carry their source block's tag (a flat plan on a Ray Dataset);
+        growing that column by a quarter at a time copied it ~30 times over 1M roots.
         """
         self._index.reserve(roots)
-        for column in (self._flags, self._seconds, self._order):
+        columns = (self._flags, self._seconds, self._order, *([self._blocks] if tagged else ()))
+        for column in columns:
             column.ensure(roots)
 
     def expect(self, roots: Iterable[str]) -> None:

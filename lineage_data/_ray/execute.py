@@ -167,7 +167,7 @@ class Execution:
         self._from_ray = isinstance(plan.source, RaySource)
         self._mirror = self._from_ray and any(isinstance(s, Reduce) for s in plan.stages)
         if self._from_ray:
-            self._ledger.reserve(_source_rows(plan))
+            self._ledger.reserve(_source_rows(plan), tagged=plan.flat)
         self._supervisor = Supervisor()
         self._supervisor.chore(self._chores)
         self._pass = _Pass(plan, self._supervisor)

@@ -32,14 +32,22 @@ class TypeStore:
         return self
 
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
-        """First writer wins, per column: the established type token of each column of ``types``."""
+        """First writer wins, per column: the established type token of each column of ``types``.
+
+        One read for all the columns (every worker but the first of a run finds them all there),
+        then a put that never overwrites for each column nobody established yet.
+        """
+        keys = {column: _SEP.join((self._run_id, stage, column)).encode() for column in types}
+        known = _read_all(list(keys.values()))
         out = {}
         for column, token in types.items():
-            key = _SEP.join((self._run_id, stage, column))
-            if internal_kv._internal_kv_put(key, token, overwrite=False, namespace=_NAMESPACE):
+            key = keys[column]
+            first = known.get(key)
+            if first is None and internal_kv._internal_kv_put(
+                key, token, overwrite=False, namespace=_NAMESPACE
+            ):  # another writer was first after all
                 first = internal_kv._internal_kv_get(key, namespace=_NAMESPACE)
-                token = first.decode() if first is not None else token
-            out[column] = token
+            out[column] = first.decode() if first is not None else token
         return out
 
     def drop(self) -> None:
@@ -48,3 +56,20 @@ class TypeStore:
             internal_kv._internal_kv_del(
                 self._run_id + _SEP, del_by_prefix=True, namespace=_NAMESPACE
             )
+
+
+def _read_all(keys: list[bytes]) -> dict[bytes, bytes]:
+    """The values of those ``keys`` that have one, in one call to the GCS.
+
+    One call per key where Ray's client has no multi-get.
+    """
+    client = internal_kv.internal_kv_get_gcs_client()
+    multi_get = getattr(client, "internal_kv_multi_get", None)
+    if multi_get is not None:
+        return dict(multi_get(keys, _NAMESPACE.encode()))
+    found = {}
+    for key in keys:  # pragma: no cover - another Ray version
+        value = internal_kv._internal_kv_get(key, namespace=_NAMESPACE)
+        if value is not None:
+            found[key] = value
+    return found

@@ -144,3 +144,30 @@ def test_the_ledger_is_sized_from_rays_own_row_count_bounded(monkeypatch):
     assert execute._source_rows(unknown.plan) == 0
     rows = ld.from_ray(ray.data.from_items([{"i": i} for i in range(40)])).take_all()
     assert sorted(r["i"] for r in rows) == list(range(40))
+
+
+def test_the_type_store_keeps_the_first_writer_of_each_column_in_one_read(monkeypatch):
+    from lineage_data._ray import typestore
+    from lineage_data._ray.typestore import TypeStore
+
+    first, second = TypeStore("ts-run"), TypeStore("ts-run")  # two workers of one run
+    try:
+        assert first.establish_types("s", {"x": "int"}) == {"x": "int"}
+        reads = []
+        real = typestore._read_all
+
+        def counted(keys):
+            reads.append(len(keys))
+            return real(keys)
+
+        monkeypatch.setattr(typestore, "_read_all", counted)
+        # x was established by the first writer; y is new and taken by this one
+        assert second.establish_types("s", {"x": "str", "y": "str"}) == {"x": "int", "y": "str"}
+        assert first.establish_types("s", {"y": "int"}) == {"y": "str"}
+        assert second.establish_types("t", {"x": "str"}) == {"x": "str"}  # stages apart
+        assert reads == [2, 1, 1]  # one read per call, whatever the number of columns
+        assert TypeStore("other-run").establish_types("s", {"x": "str"}) == {"x": "str"}
+    finally:
+        first.drop()
+        TypeStore("other-run").drop()
+    assert not [k for k in stored_types() if k.startswith(b"ts-run")]

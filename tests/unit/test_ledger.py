@@ -5,6 +5,7 @@ import pytest
 
 import lineage_data as ld
 from lineage_data._core import columns as C
+from lineage_data._core.errors import DuplicateRootError
 from lineage_data._core.ledger import Ledger
 from lineage_data._core.local import run_local
 from lineage_data._core.reduce import GroupBuffer, ReduceOp
@@ -294,3 +295,20 @@ def test_a_reserved_ledger_accounts_exactly_as_one_that_grows():
         assert reserved.take(batch, 1.0).equals(grown.take(batch, 1.0))
     assert reserved.duplicates == grown.duplicates == 700
     assert reserved.progress() == grown.progress()
+
+
+def test_a_ledger_reserved_for_tagged_rows_accounts_exactly_as_one_that_grows():
+    ids = [[f"r{i}" for i in range(lo, lo + 700)] for lo in range(0, 3_500, 700)]
+    batches = [tagged(block, [n + 1] * 700) for n, block in enumerate(ids)]
+    batches.append(batches[2])  # the same block again (a re-run source task): a copy, dropped
+    reserved, grown = Ledger(0, started_at=0.0), Ledger(0, started_at=0.0)
+    reserved.reserve(3_500, tagged=True)
+    column = reserved._blocks.data  # the block tags' column, sized once
+    for batch in batches:
+        assert reserved.take(batch, 1.0).equals(grown.take(batch, 1.0))
+    assert reserved.duplicates == grown.duplicates == 700
+    assert reserved.progress() == grown.progress()
+    assert reserved._blocks.data is column and len(column) == 3_500  # never grown, never copied
+    for ledger in (reserved, grown):  # an id of block 1 in another block: refused by both
+        with pytest.raises(DuplicateRootError, match="r5"):
+            ledger.take(tagged(["x", "r5"], [9, 9]), 1.0)
