@@ -59,17 +59,6 @@ class TypeStore:
 
 
 def _read_all(keys: list[bytes]) -> dict[bytes, bytes]:
-    """The values of those ``keys`` that have one, in one call to the GCS.
-
-    One call per key where Ray's client has no multi-get.
-    """
+    """The values of those ``keys`` that have one, in one call to the GCS."""
     client = internal_kv.internal_kv_get_gcs_client()
-    multi_get = getattr(client, "internal_kv_multi_get", None)
-    if multi_get is not None:
-        return dict(multi_get(keys, _NAMESPACE.encode()))
-    found = {}
-    for key in keys:  # pragma: no cover - another Ray version
-        value = internal_kv._internal_kv_get(key, namespace=_NAMESPACE)
-        if value is not None:
-            found[key] = value
-    return found
+    return dict(client.internal_kv_multi_get(keys, _NAMESPACE.encode()))
