@@ -64,13 +64,37 @@ def batches_per_block(stage: MapBatches) -> int:
     costs a task: blocks of several batches, up to :data:`WIDE_ROWS_PER_BLOCK` rows (the task still
     calls the function batch by batch), so thousands of small parents do not cost thousands of tasks.
     """
+    if not cpu_function(stage):
+        return 1
+    return max(1, WIDE_ROWS_PER_BLOCK // (stage.batch_size or WIDE_ROWS_PER_BLOCK))
+
+
+def cpu_function(stage: MapBatches) -> bool:
+    """True for a function on CPUs: not a class (an actor pool), no GPUs, no custom resources."""
     compute = stage.compute
     accelerated = compute.num_gpus or {"resources", "accelerator_type"} & set(
         compute.ray_remote_args
     )
-    if stage.call.is_class or accelerated:
-        return 1
-    return max(1, WIDE_ROWS_PER_BLOCK // (stage.batch_size or WIDE_ROWS_PER_BLOCK))
+    return not (stage.call.is_class or accelerated)
+
+
+def cuts_source_blocks(plan: Plan, index: int, source_block_rows: int) -> bool:
+    """True when the level-0 ``map_batches`` at ``index`` takes whole source blocks and cuts them.
+
+    Ray Data cuts each block into ``batch_size`` batches, and every batch then pays per column, the
+    lineage columns included: Ray slices them, our operator checks them, Ray joins the outputs again.
+    Taken whole, a block pays that once and only the user's columns are cut (the function still gets
+    ``batch_size`` rows at a time). Only where that gives the same batches: a CPU function whose
+    blocks are the source's (every stage before it at level 0, none on an actor pool) and are known
+    to hold at least a batch each (``source_block_rows``; 0: unknown), since Ray Data would bundle
+    smaller blocks into one batch.
+    """
+    stage = plan.stages[index]
+    if not (isinstance(stage, MapBatches) and stage.batch_size and cpu_function(stage)):
+        return False
+    upstream = plan.stages[: index + 1]  # tasks keep their input blocks whole; actors re-cut them
+    sourced = all(s.level == 0 and not s.call.is_class for s in upstream)
+    return sourced and stage.batch_size <= source_block_rows
 
 
 _FIXED = frozenset(

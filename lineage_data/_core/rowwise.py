@@ -38,10 +38,9 @@ class RowStageOp:
         self._types = C.EstablishedTypes(coordinator, stage.name)
         fn = stage.call.bind()
         # A block of several of the stage's batches (a CPU function's, see _core.blocks) is one
-        # hand-off and one commit; the function still gets ``batch_size`` rows at a time.
-        self._batch_rows = (
-            stage.batch_size if isinstance(stage, MapBatches) and self._fenced else None
-        )
+        # hand-off and one commit (a source block: one pass over its lineage columns); the function
+        # still gets ``batch_size`` rows at a time.
+        self._batch_rows = stage.batch_size if isinstance(stage, MapBatches) else None
         if isinstance(stage, MapBatches):
             self._call: BatchCaller | RowCaller = BatchCaller(
                 fn,
@@ -177,7 +176,12 @@ class RowStageOp:
         Its rows that do not come back PRESENT become tombstones; the usual batch comes back whole
         and costs a few Arrow calls, no Python work per row.
         """
-        result = self._conform(self._call(live.select(C.user_columns(live.column_names))))
+        user = live.select(C.user_columns(live.column_names))
+        step = self._batch_rows or user.num_rows
+        result = self._call(user.slice(0, step))
+        for start in range(step, user.num_rows, step):
+            result = merge(result, self._call(user.slice(start, step)), self._stage.name)
+        result = self._conform(result)
         statuses = result.statuses
         lineage = C.lineage_only(live)
         if statuses.count(outcomes.PRESENT) == len(statuses):

@@ -15,7 +15,7 @@ from ray.data import ActorPoolStrategy
 from ray.data._internal.util import get_compute_strategy
 
 from lineage_data._core import columns as C
-from lineage_data._core.blocks import batches_per_block
+from lineage_data._core.blocks import batches_per_block, cuts_source_blocks
 from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
@@ -179,8 +179,13 @@ def _no_fn(batch: Any) -> Any:  # a reduce without fn runs as a function does
     return batch
 
 
-def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped) -> Any:
-    """Append one stage to ``ds``: the user's strategy and resources, our operator inside."""
+def lower_stage(
+    ds: ray.data.Dataset, step: _Step, shipped: _Shipped, *, whole_blocks: bool = False
+) -> Any:
+    """Append one stage to ``ds``: the user's strategy and resources, our operator inside.
+
+    ``whole_blocks``: the operator gets whole blocks and cuts the function's batches itself.
+    """
     stage = step.plan.stages[step.index]
     generator = isinstance(stage, Expand)
     compute = compute_strategy(stage)
@@ -190,7 +195,9 @@ def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped) -> Any:
     # wait in the stage's hash-partitioned holder actors.
     batch_size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
     if isinstance(stage, MapBatches) and stage.level > 0 and batches_per_block(stage) > 1:
-        batch_size = None  # a whole block: one hand-off and commit, the operator cuts the batches
+        whole_blocks = True  # one hand-off and commit per block
+    if whole_blocks:
+        batch_size = None  # the operator cuts the batches
     # Ray's public map_batches refuses GPUs without a batch size; Ray's own row verbs (map, filter,
     # flat_map) go through map_batches_internal, which does not. map_batches checked it at plan time.
     ds = ds.map_batches_internal(
@@ -281,9 +288,36 @@ def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
     if len(keep) != len(roots):
         items, roots = tuple(items[i] for i in keep), tuple(roots[i] for i in keep)
     table = items_table(list(items), list(roots))
-    per_block = max(1, -(-table.num_rows // MAX_SOURCE_BLOCKS))
+    per_block = _items_per_block(table.num_rows)
     tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
     return ray.data.from_arrow(tables or [C.empty()])
+
+
+def _items_per_block(rows: int) -> int:
+    return max(1, -(-rows // MAX_SOURCE_BLOCKS))
+
+
+def source_block_rows(plan: Plan) -> int:
+    """Rows in each level-0 block (on average), where known before the run; 0 when not.
+
+    Items: this module's own cut. A Ray Dataset: Ray's row count and block count from its plan's
+    metadata (nothing runs), unless the plan cuts its rows (a limit, a repair pass). Files and
+    materialized runs: 0.
+    """
+    restricted = plan.exclude or plan.only is not None or plan.limit is not None
+    match plan.source:
+        case ItemsSource() as src:
+            roots = src.roots or ()
+            return _items_per_block(len(plan.select(roots)) if restricted else len(roots))
+        case RaySource() as src if not restricted:
+            try:  # Ray's private plan metadata; another Ray version may lack it
+                rows = src.dataset._meta_count()
+                blocks = src.dataset._logical_plan.dag.estimated_num_outputs()
+            except Exception:  # noqa: BLE001 - a sizing hint only
+                return 0
+            if isinstance(rows, int) and isinstance(blocks, int) and blocks > 0:
+                return rows // blocks
+    return 0
 
 
 def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
@@ -362,10 +396,12 @@ def lower(
     ds.context.raise_original_map_exception = True
     shipped = plan.for_workers()  # stage closures must not carry the source rows to every task
     last = len(plan.stages) - 1
+    sourced = source_block_rows(plan)
     for index in range(len(plan.stages)):
         rows = rows_per_block or block_rows(plan, index)  # one downstream batch (see _core.blocks)
         step = _Step(shipped, index, client, rows, holder_sets.get(index), index == last)
-        ds = lower_stage(ds, step, _Shipped(step))
+        whole = cuts_source_blocks(plan, index, sourced)
+        ds = lower_stage(ds, step, _Shipped(step), whole_blocks=whole)
     if plan.stages:
         return in_one_piece(ds, plan.stages[-1])
     level = plan.level

@@ -6,6 +6,7 @@ a Ray Dataset source tags each row with its block so that the consumer's ledger 
 
 import time
 
+import pyarrow as pa
 import pytest
 import ray
 from ray.experimental import internal_kv
@@ -171,3 +172,23 @@ def test_the_type_store_keeps_the_first_writer_of_each_column_in_one_read(monkey
         first.drop()
         TypeStore("other-run").drop()
     assert not [k for k in stored_types() if k.startswith(b"ts-run")]
+
+
+@pytest.mark.parametrize(("blocks", "sizes"), [(4, {30: 360, 10: 40}), (40, {30: 390, 10: 10})])
+def test_a_source_level_function_gets_the_batches_ray_data_would_give_it(blocks, sizes):
+    """Source blocks of 100 rows are cut by the operator (one pass over their lineage columns); of
+    10 rows, smaller than a batch, Ray Data bundles them: either way the function sees 30-row batches."""
+    from collections import Counter
+
+    from lineage_data._ray.lower import source_block_rows
+
+    src = ray.data.from_items([{"id": f"r{i:03d}"} for i in range(400)], override_num_blocks=blocks)
+    ds = ld.from_ray(src, id_column="id").map_batches(
+        lambda b: b.append_column("n", pa.array([b.num_rows] * b.num_rows)),
+        batch_size=30,
+        batch_format="pyarrow",
+    )
+    assert source_block_rows(ds.plan) == 400 // blocks
+    rows = ds.take_all()
+    assert sorted(r["id"] for r in rows) == [f"r{i:03d}" for i in range(400)]
+    assert Counter(r["n"] for r in rows) == sizes

@@ -93,3 +93,26 @@ def test_a_source_level_batch_makes_no_call_and_only_its_failed_rows_become_tomb
         block.slice(0, 5).filter(pa.array([True, False, True, False, True]))
     )
     assert [(r[C.ROOT], r["half"]) for r in whole.to_pylist()] == [("0", 0), ("2", 1), ("4", 2)]
+
+
+def test_a_whole_source_block_is_cut_into_the_functions_batches_and_a_bad_row_fails_alone():
+    seen = []
+
+    def scale(batch):
+        seen.append(len(batch["n"]))
+        if 6 in batch["n"]:
+            raise ValueError("six")  # isolated: the batch is halved until the row is alone
+        return {"n10": [ld.RecordFailure("odd") if n == 3 else n * 10 for n in batch["n"]]}
+
+    plan = ld.from_items([{"n": n} for n in range(10)], id_column="n")
+    plan = plan.map_batches(scale, batch_size=4).plan
+    block = with_lineage(pa.table({"n": list(range(10))}), [str(n) for n in range(10)])
+    block = block.append_column(C.BLOCK, pa.array([5] * 10, pa.int64()))
+    out = RowStageOp(plan.stages[0], 0, Counting())(block)
+    assert seen[:2] == [4, 4] and seen[-1] == 2  # 0-3 | 4-7 (halved around 6) | 8-9
+    assert max(seen) == 4
+    got = {r[C.ROOT]: (r[C.OUTCOME], r["n10"], r[C.BLOCK]) for r in out.to_pylist()}
+    assert got["3"] == ("FAILED", None, 5) and got["6"] == ("FAILED", None, 5)
+    assert {k: v for k, v in got.items() if k not in ("3", "6")} == {
+        str(n): ("PRESENT", n * 10, 5) for n in range(10) if n not in (3, 6)
+    }

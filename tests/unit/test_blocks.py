@@ -8,6 +8,7 @@ from lineage_data._core import columns as C
 from lineage_data._core.blocks import (
     DEFAULT_ROWS_PER_BLOCK,
     WIDE_ROWS_PER_BLOCK,
+    cuts_source_blocks,
     row_bytes,
     rows_per_block,
 )
@@ -27,6 +28,10 @@ def docs(*counts):
 class Model:
     def __call__(self, batch):
         return batch
+
+
+def keep(row):
+    return row
 
 
 @pytest.mark.parametrize(
@@ -58,6 +63,37 @@ class Model:
 )
 def test_rows_per_block_follows_the_next_batched_stage(build, expected):
     assert rows_per_block(build(docs(1)).plan, 0) == expected
+
+
+@pytest.mark.parametrize(
+    ("build", "index", "block_rows", "expected"),
+    [
+        (lambda ds: ds.map_batches(len, batch_size=32), 0, 32, True),
+        (lambda ds: ds.map(keep).filter(keep).map_batches(len, batch_size=32), 2, 100, True),
+        # blocks smaller than a batch, or of unknown size: Ray Data's bundling makes the batches
+        (lambda ds: ds.map_batches(len, batch_size=32), 0, 31, False),
+        (lambda ds: ds.map_batches(len, batch_size=32), 0, 0, False),
+        (lambda ds: ds.map_batches(len), 0, 100, False),
+        # an actor, an accelerator, custom resources: each batch is its own work item
+        (lambda ds: ds.map_batches(Model, batch_size=32), 0, 100, False),
+        (lambda ds: ds.map_batches(len, batch_size=32, num_gpus=1), 0, 100, False),
+        (lambda ds: ds.map_batches(len, batch_size=32, resources={"g": 1}), 0, 100, False),
+        # blocks an actor pool made, or children: not the source's blocks
+        (
+            lambda ds: ds.map_batches(Model, batch_size=8).map_batches(len, batch_size=4),
+            1,
+            100,
+            False,
+        ),
+        (lambda ds: ds.expand_lineage(pages).map_batches(len, batch_size=4), 1, 100, False),
+        (lambda ds: ds.map(keep), 0, 100, False),
+        (lambda ds: ds.map(dict).map_batches(len, batch_size=32), 1, 100, False),
+    ],
+)
+def test_a_source_level_function_takes_whole_source_blocks_only_where_batches_stay_the_same(
+    build, index, block_rows, expected
+):
+    assert cuts_source_blocks(build(docs(1)).plan, index, block_rows) is expected
 
 
 def test_nested_expansions_size_their_own_blocks():

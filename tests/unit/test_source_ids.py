@@ -31,6 +31,7 @@ def test_column_ids_are_the_ids_root_ids_gives(values):
         (pa.table({"id": ["a", None]}), ld.PlanError, "row 1 has no value in id_column 'id'"),
         (pa.table({"x": [1]}), ld.PlanError, "row 0 has no value in id_column 'id'"),
         (pa.table({"id": ["a", "b", "a"]}), ld.DuplicateRootError, "duplicate id 'a'"),
+        (pa.table({"id": ["a", "b", "b", "c"]}), ld.DuplicateRootError, "duplicate id 'b'"),
     ],
 )
 def test_column_ids_raise_what_root_ids_raises(table, error, message):
