@@ -163,11 +163,11 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
             }
             log(f"smallparents/{scale} rep {rep}: {name} {wall:.2f}s")
     ld, floor, ray_data = (systems[n]["wall_s"] for n in ("lineage_data", "floor", "ray_data"))
-    walls = {name: systems[name]["walls_s"] for name in ORDER}
+    timed = {name: systems[name]["walls_s"] for name in ORDER}
     per_rep = {  # the ratio within each repeat (its runs are a minute apart at most): median
         other: round(
             statistics.median(
-                a / b for a, b in zip(walls["lineage_data"], walls[other], strict=True)
+                a / b for a, b in zip(timed["lineage_data"], timed[other], strict=True)
             ),
             4,
         )
