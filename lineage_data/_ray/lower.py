@@ -298,11 +298,12 @@ def _items_per_block(rows: int) -> int:
 
 
 def source_block_rows(plan: Plan) -> int:
-    """Rows in each level-0 block (on average), where known before the run; 0 when not.
+    """Rows in the smallest level-0 block, where known exactly before the run; 0 when not.
 
-    Items: this module's own cut. A Ray Dataset: Ray's row count and block count from its plan's
-    metadata (nothing runs), unless the plan cuts its rows (a limit, a repair pass). Files and
-    materialized runs: 0.
+    Items: this module's own cut. A Ray Dataset held in memory (``from_items``, ``from_arrow``,
+    a materialized one): the block metadata Ray keeps in its plan (nothing runs), unless a block is
+    over Ray's target block size (Ray may split it as it passes) or the plan cuts its rows (a limit,
+    a repair pass). A lazy read (its blocks are known only as they come), files, materialized runs: 0.
     """
     restricted = plan.exclude or plan.only is not None or plan.limit is not None
     match plan.source:
@@ -310,14 +311,21 @@ def source_block_rows(plan: Plan) -> int:
             roots = src.roots or ()
             return _items_per_block(len(plan.select(roots)) if restricted else len(roots))
         case RaySource() as src if not restricted:
-            try:  # Ray's private plan metadata; another Ray version may lack it
-                rows = src.dataset._meta_count()
-                blocks = src.dataset._logical_plan.dag.estimated_num_outputs()
-            except Exception:  # noqa: BLE001 - a sizing hint only
-                return 0
-            if isinstance(rows, int) and isinstance(blocks, int) and blocks > 0:
-                return rows // blocks
+            return _in_memory_block_rows(src.dataset)
     return 0
+
+
+def _in_memory_block_rows(ds: ray.data.Dataset) -> int:
+    try:  # Ray's private plan; another Ray version may lack it (a sizing hint only)
+        bundles = getattr(ds._logical_plan.dag, "input_data", None) or ()
+        blocks = [meta for bundle in bundles for meta in bundle.metadata]
+        limit = ds.context.target_max_block_size
+    except AttributeError:
+        return 0
+    rows = [meta.num_rows for meta in blocks]
+    if not blocks or None in rows or any((m.size_bytes or 0) > (limit or 2**62) for m in blocks):
+        return 0
+    return min(rows)
 
 
 def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:

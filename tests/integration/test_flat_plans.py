@@ -192,3 +192,19 @@ def test_a_source_level_function_gets_the_batches_ray_data_would_give_it(blocks,
     rows = ds.take_all()
     assert sorted(r["id"] for r in rows) == [f"r{i:03d}" for i in range(400)]
     assert Counter(r["n"] for r in rows) == sizes
+
+
+def test_source_blocks_not_known_exactly_keep_ray_datas_batching():
+    from lineage_data._ray.lower import source_block_rows
+
+    items = [{"id": f"r{i:03d}"} for i in range(400)]
+    assert source_block_rows(ld.from_ray(ray.data.from_items(items)).plan) == 2  # the smallest
+    assert source_block_rows(ld.from_ray(ray.data.range(400)).plan) == 0  # a lazy read
+    mapped = ray.data.from_items(items, override_num_blocks=4).map(lambda r: r)
+    assert source_block_rows(ld.from_ray(mapped).plan) == 0
+    big = ray.data.from_items(items, override_num_blocks=4)
+    big.context.target_max_block_size = 100  # bytes: Ray may split these blocks as they pass
+    assert source_block_rows(ld.from_ray(big).plan) == 0
+    assert (
+        source_block_rows(ld.from_ray(ray.data.from_items(items)).plan.restricted(frozenset())) == 0
+    )
