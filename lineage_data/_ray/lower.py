@@ -303,7 +303,8 @@ def source_block_rows(plan: Plan) -> int:
     Items: this module's own cut. A Ray Dataset held in memory (``from_items``, ``from_arrow``,
     a materialized one): the block metadata Ray keeps in its plan (nothing runs), unless a block is
     over Ray's target block size (Ray may split it as it passes) or the plan cuts its rows (a limit,
-    a repair pass). A lazy read (its blocks are known only as they come), files, materialized runs: 0.
+    a repair pass). A lazy read (its blocks are known only as they come), files, and the runs this
+    library materializes (``MaterializedSource``): 0.
     """
     restricted = plan.exclude or plan.only is not None or plan.limit is not None
     match plan.source:
