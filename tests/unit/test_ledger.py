@@ -230,6 +230,37 @@ def test_the_report_builds_its_parents_table_when_asked_in_commit_order_and_pick
     assert again.parents.equals(report.parents) and again.extra == report.extra
 
 
+def test_terminal_rows_read_later_describe_the_roots_done_when_asked():
+    ledger = Ledger(0, ["a", "b", "c", "d"], started_at=0.0)
+    rows = C.conform(
+        pa.table(
+            {
+                C.ROOT: ["a", "b"],
+                C.OUTCOME: ["PRESENT", "FAILED"],
+                C.CAUSE: [None, "ValueError: x"],
+                C.STAGE: [None, "ocr"],
+            }
+        )
+    )
+    ledger.take(rows, now=1.0)
+    terminal = ledger.terminal()  # codes, times and counts are read from the ledger on first use
+    ledger.take(closed(["c"], outcome="DROPPED"), now=2.0)
+    ledger.lost(["d"], attempts=1, now=3.0)
+    assert len(terminal) == 2 and dict(terminal) == {
+        "a": ("PRESENT", None, None, 1.0),
+        "b": ("FAILED", "ValueError: x", "ocr", 1.0),
+    }
+    assert terminal.outcome_stage_counts() == {("PRESENT", None): 1, ("FAILED", "ocr"): 1}
+    later = ledger.terminal()
+    assert later.outcome_stage_counts() == {
+        ("PRESENT", None): 1,
+        ("FAILED", "ocr"): 1,
+        ("DROPPED", None): 1,
+        ("FAILED", None): 1,
+    }
+    assert ledger.progress() == {"committed": 1, "failed": 3, "total": 4, "in_flight_parents": 0}
+
+
 def test_completed_since_names_roots_in_completion_order():
     ledger = Ledger(0, ["a", "b", "c"], started_at=0.0)
     ledger.take(closed(["b"]))
