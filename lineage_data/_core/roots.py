@@ -390,32 +390,35 @@ class _HashTable:
         claimed = np.full(n, -1, dtype=np.int64)
         mask = (1 << self._bits) - 1
         cell = (hashes >> np.uint64(64 - self._bits)).astype(np.int64)
-        rows = np.arange(n)
+        rows, wanted = np.arange(n), hashes  # the rows still probing, and their hashes
         cells, known = self._cells, self._hashes
         while len(rows) > _FEW:
             held = cells[cell]
-            full = held >= 0
-            hit = full.copy()
-            if hit.any():
-                hit[full] = known[held[full]] == hashes[rows[full]]
-                found[rows[hit]] = held[hit]
-            free = np.flatnonzero(held == -1)
+            if self._slots:  # a free or claimed cell reads slot 0's hash; masked out after
+                hit = known[np.maximum(held, 0)] == wanted
+                hit &= held >= 0
+                if hit.any():
+                    found[rows[hit]] = held[hit]
+            else:
+                hit = np.zeros(len(rows), dtype=bool)
+            free = held == -1
+            at = cell[free]
             markers = (-2 - rows[free]).astype(np.int32)
-            cells[cell[free]] = markers  # one of the rows aiming at a free cell wins it
-            won = free[cells[cell[free]] == markers]
-            claimed[rows[won]] = cell[won]
-            on = ~hit
-            on[won] = False
-            rows, cell = rows[on], (cell[on] + 1) & mask
+            cells[at] = markers  # one of the rows aiming at a free cell wins it
+            won = cells[at] == markers
+            claimed[rows[free][won]] = at[won]
+            free[free] = won  # the rows that won their cell
+            on = np.flatnonzero(~(hit | free))  # the others probe the next cell
+            rows, cell, wanted = rows[on], (cell[on] + 1) & mask, wanted[on]
         for row, at in zip(rows.tolist(), cell.tolist(), strict=True):  # the long probes
-            wanted = hashes[row]
+            want = hashes[row]
             while True:
                 held_at = int(cells[at])
                 if held_at == -1:
                     cells[at] = -2 - row
                     claimed[row] = at
                     break
-                if held_at >= 0 and known[held_at] == wanted:
+                if held_at >= 0 and known[held_at] == want:
                     found[row] = held_at
                     break
                 at = (at + 1) & mask

@@ -9,6 +9,7 @@ with numpy. Edge cases are pinned with explicit examples (empty parent, one chil
 import random
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import lineage_data as ld
@@ -350,3 +351,33 @@ def test_pick_slices_contiguous_rows_and_filters_the_rest():
     assert C.pick(table, np.array([False, True, True, False]))["x"].to_pylist() == [1, 2]
     assert C.pick(table, np.array([True, False, True, False]))["x"].to_pylist() == [0, 2]
     assert C.pick(table, np.zeros(4, bool)).num_rows == 0
+
+
+_PRESENTS = pa.array(["PRESENT"] * 10)
+
+
+@pytest.mark.parametrize(
+    ("column", "expected"),
+    [
+        (pa.array([], pa.string()), True),
+        (_PRESENTS, True),
+        (_PRESENTS.slice(3, 4), True),
+        (pa.array(["PRESENT", None]), False),  # a null is not PRESENT
+        (pa.array(["PRESENT", "FAILED"]), False),
+        (pa.array(["FAILED_", "FAILED_"]), False),  # the right lengths, other bytes
+        (pa.array(["PRESENTPRESENT", ""]), False),  # the right bytes, other lengths
+        (pa.array(["PRESENT"] * 3, pa.large_string()), True),
+        (pa.array(["PRESENT", "DROPPED"]).dictionary_encode(), False),
+        (pa.array(["PRESENT"] * 3).dictionary_encode(), True),
+        (
+            pa.chunked_array([_PRESENTS.slice(0, 2), pa.array(["PRESENT", "DROPPED"]).slice(0, 1)]),
+            True,
+        ),
+        (pa.chunked_array([_PRESENTS, pa.array(["DROPPED"])]), False),
+        (pa.chunked_array([], pa.string()), True),
+    ],
+)
+def test_all_present_reads_every_kind_of_outcome_column_as_arrow_compares_it(column, expected):
+    assert C.all_present(column) is expected
+    if len(column):
+        assert (pc.sum(pc.equal(column, "PRESENT")).as_py() == len(column)) is expected
