@@ -14,7 +14,7 @@ from lineage_data._core import outcomes
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.stages import Filter, MapBatches, MapRows
 from lineage_data._core.state import Verdict
-from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, merge
+from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, merge_all
 
 
 class RowStageOp:
@@ -178,10 +178,8 @@ class RowStageOp:
         """
         user = live.select(C.user_columns(live.column_names))
         step = self._batch_rows or user.num_rows
-        result = self._call(user.slice(0, step))
-        for start in range(step, user.num_rows, step):
-            result = merge(result, self._call(user.slice(start, step)), self._stage.name)
-        result = self._conform(result)
+        calls = [self._call(user.slice(start, step)) for start in range(0, user.num_rows, step)]
+        result = self._conform(merge_all(calls, self._stage.name))
         statuses = result.statuses
         lineage = C.lineage_only(live)
         if statuses.count(outcomes.PRESENT) == len(statuses):
@@ -254,10 +252,7 @@ class RowStageOp:
             ran.extend(chunk)
         if not results:
             return None, ran, calls
-        merged = results[0]
-        for result in results[1:]:
-            merged = merge(merged, result, self._stage.name)
-        return merged, ran, calls
+        return merge_all(results, self._stage.name), ran, calls
 
     def _conform(self, result: BatchResult) -> BatchResult:
         """Values whose types conflict with the stage's established ones (other batches) fail."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +182,31 @@ def merge(left: BatchResult, right: BatchResult, stage: str) -> BatchResult:
         columns = {name: [row.get(name) for row in rows] for name in names}
         table = _table(columns, len(rows), statuses, stage)
     return BatchResult(table, statuses, left.group + right.group)
+
+
+def merge_all(results: Sequence[BatchResult], stage: str) -> BatchResult:
+    """:func:`merge` of many results, in row order: one concatenation where their columns allow.
+
+    Merging them one by one copied everything merged so far at each step, quadratic in the number
+    of calls (a 20,000-row block in batches of one row: 14.5 s in-process). Where a result has no
+    values or the types do not unify, they merge in pairs as a balanced tree (log2 copies of a row).
+    """
+    if len(results) == 1:
+        return results[0]
+    if all(r.table.num_columns for r in results):
+        try:
+            table = pa.concat_tables([r.table for r in results], promote_options="permissive")
+        except (pa.ArrowException, TypeError, ValueError):
+            pass  # the rows that do not fit fail: merge in pairs
+        else:
+            statuses = [s for r in results for s in r.statuses]
+            return BatchResult(table, statuses, [g for r in results for g in r.group])
+    level = list(results)
+    while len(level) > 1:
+        pairs = range(0, len(level) - 1, 2)
+        merged = [merge(level[i], level[i + 1], stage) for i in pairs]
+        level = merged + ([level[-1]] if len(level) % 2 else [])
+    return level[0]
 
 
 class RowCaller:

@@ -1,13 +1,16 @@
 """A block of several batches (a CPU function's): one hand-off and one commit, batches of batch_size."""
 
 import pyarrow as pa
+import pytest
 
 import lineage_data as ld
 from lineage_data._core import columns as C
+from lineage_data._core import outcomes
 from lineage_data._core.expand import ExpandOp
 from lineage_data._core.rowwise import RowStageOp
 from lineage_data._core.source import with_lineage
 from lineage_data._core.state import LineageState
+from lineage_data._core.udf import BatchResult, failed_rows, merge, merge_all
 
 
 class Counting(LineageState):
@@ -116,3 +119,60 @@ def test_a_whole_source_block_is_cut_into_the_functions_batches_and_a_bad_row_fa
     assert {k: v for k, v in got.items() if k not in ("3", "6")} == {
         str(n): ("PRESENT", n * 10, 5) for n in range(10) if n not in (3, 6)
     }
+
+
+def _result(values, *, failed=()):
+    statuses = [
+        outcomes.rejected("ValueError: x", "s") if i in failed else outcomes.PRESENT
+        for i in range(len(values))
+    ]
+    return BatchResult(pa.table({"v": values}), statuses, [False] * len(values))
+
+
+def _one_by_one(results):
+    merged = results[0]
+    for result in results[1:]:
+        merged = merge(merged, result, "s")
+    return merged
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        [_result([1])],
+        [_result([i]) for i in range(9)],  # one concatenation
+        [
+            _result([1, 2]),
+            failed_rows(3, outcomes.rejected("E: y", "s")),
+            _result([4]),
+        ],  # no values
+        [
+            _result([1]),
+            _result(["a"]),
+            _result([2.5]),
+            _result(["b", "c"], failed={1}),
+        ],  # conflicts
+        [failed_rows(2, outcomes.rejected("E: y", "s")) for _ in range(5)],
+    ],
+)
+def test_merging_many_calls_at_once_gives_what_merging_them_one_by_one_gives(results):
+    at_once, one_by_one = merge_all(results, "s"), _one_by_one(results)
+    assert at_once.table.to_pylist() == one_by_one.table.to_pylist()
+    assert at_once.statuses == one_by_one.statuses and at_once.group == one_by_one.group
+
+
+def test_a_source_block_in_batches_of_one_row_is_every_row_once_in_order():
+    seen = []
+
+    def tag(batch):
+        seen.append(batch.num_rows)
+        return batch.append_column("twice", pa.compute.multiply(batch["n"], 2))
+
+    rows = [{"d": f"r{i:05d}", "n": i} for i in range(3000)]
+    plan = ld.from_items(rows, id_column="d").map_batches(tag, batch_size=1, batch_format="pyarrow")
+    op = RowStageOp(plan.plan.stages[0], 0, LineageState())
+    out = op(with_lineage(pa.Table.from_pylist(rows), [r["d"] for r in rows]))
+    out = C.concat(out) if isinstance(out, list) else out
+    assert seen == [1] * 3000
+    assert out["twice"].to_pylist() == [2 * i for i in range(3000)]
+    assert out[C.ROOT].to_pylist() == [r["d"] for r in rows]
