@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import threading
 import time
 from collections import defaultdict
@@ -230,6 +231,15 @@ def gpu_metrics(tl: Timeline, start: float, end: float, gpus: int) -> dict[str, 
 
 
 # -- results ---------------------------------------------------------------------------------------
+
+
+def median_ratio(walls: list[float], baseline: list[float]) -> float:
+    """The median of the per-repeat ratios ``walls[i] / baseline[i]`` (interleaved repeats).
+
+    Runs of one repeat are a minute apart at most, so a slow spell of the shared machine moves both
+    sides of a ratio; the ratio of the best walls can pair two different spells.
+    """
+    return round(statistics.median(a / b for a, b in zip(walls, baseline, strict=True)), 4)
 
 
 def results_path(out_dir: Path, name: str, scale: str, suffix: str, stamp: str) -> Path:

@@ -9,14 +9,13 @@ apart from per-batch lineage costs.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench.common import code_version, log, stamp
-from bench.measure import results_path, write_json
+from bench.measure import median_ratio, results_path, write_json
 from bench.workload import identity
 
 ROWS = {"smoke": 10_000, "small": 100_000, "full": 1_000_000}
@@ -85,10 +84,8 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
             walls[name].append(round(_timed(fn, rows), 3))
             log(f"overhead/{scale} rep {rep}: {name} {walls[name][-1]:.2f}s")
     best = {name: min(w) for name, w in walls.items()}
-    per_rep = {  # the ratio within each repeat (its runs are minutes apart at most): median
-        name: round(
-            statistics.median(a / b for a, b in zip(walls[name], walls["ray_data"], strict=True)), 4
-        )
+    per_rep = {
+        name: median_ratio(walls[name], walls["ray_data"])
         for name in ("lineage_data", "lineage_data_from_ray")
     }
     headline = {

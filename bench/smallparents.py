@@ -17,7 +17,6 @@ interleaved; the best wall of each counts. Headline: ``wall_ratio_vs_floor`` and
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.common import SMOKE_PARTITIONS, code_version, log, stamp
-from bench.measure import results_path, write_json
+from bench.measure import median_ratio, results_path, write_json
 
 PARENTS = {"smoke": 500, "small": 20_000, "full": 200_000}
 MIN_CHILDREN, MAX_CHILDREN = 1, 10
@@ -164,14 +163,8 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
             log(f"smallparents/{scale} rep {rep}: {name} {wall:.2f}s")
     ld, floor, ray_data = (systems[n]["wall_s"] for n in ("lineage_data", "floor", "ray_data"))
     timed = {name: systems[name]["walls_s"] for name in ORDER}
-    per_rep = {  # the ratio within each repeat (its runs are a minute apart at most): median
-        other: round(
-            statistics.median(
-                a / b for a, b in zip(timed["lineage_data"], timed[other], strict=True)
-            ),
-            4,
-        )
-        for other in ("floor", "ray_data")
+    per_rep = {
+        other: median_ratio(timed["lineage_data"], timed[other]) for other in ("floor", "ray_data")
     }
     headline = {
         "bench": "smallparents",
