@@ -255,7 +255,7 @@ class Execution:
             # stand-ins of roots that left no row at an open level.
             extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
             if extra:  # already in the ledger: written, not accounted again
-                ds = ray.data.from_arrow(extra)
+                ds = ray.data.from_blocks(extra)  # (no remote task per table for its metadata)
                 ds = prepare(ds) if prepare else ds
                 action(accounted(ds, level, lambda sink: None, keep_lineage=keep_lineage))
         except BaseException as exc:

@@ -290,7 +290,9 @@ def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
     table = items_table(list(items), list(roots))
     per_block = _items_per_block(table.num_rows)
     tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
-    return ray.data.from_arrow(tables or [C.empty()])
+    # Not from_arrow: it asks a remote task per table for the metadata the driver has in hand (64
+    # tasks, 0.27 s before the first row of every run; 0.9 s while the workers start, measured).
+    return ray.data.from_blocks(tables or [C.empty()])
 
 
 def _items_per_block(rows: int) -> int:
