@@ -205,9 +205,8 @@ class Ledger:
         blocks = self._blocks
         blocks.ensure(len(self._index))
         every = len(keep) == len(slots)
-        blocks.data[at] = (
-            tags if every else tags[keep]
-        )  # the first copy of a new root names its block
+        # the first copy of a new root names its block
+        blocks.data[at] = tags if every else tags[keep]
         if every:  # each row named its own root's block just now: nothing to compare
             return
         known = blocks.data[slots]
