@@ -277,9 +277,10 @@ def make_video(
 
     Video is H.264 (libx264, with B-frames, one keyframe every ``keyframe_interval_s``) or MPEG-4
     Part 2 where libx264 is missing; audio is 16 kHz mono AAC (MP2 as a fallback). Encoding is
-    single-threaded and muxing bit-exact, so the decoded frames depend only on the arguments and
-    the FFmpeg build (byte identity of the file is not promised). A 5 s video takes well under a
-    second.
+    single-threaded and muxing bit-exact, so the decoded frames depend on the arguments and the
+    FFmpeg build (byte identity of the file is not promised): equal in almost every call, but ~1 in
+    300 encodes under heavy CPU load gave a frame a few levels apart (measured, cause not found).
+    A 5 s video takes well under a second.
 
     Args:
         seconds: Duration; ``round(seconds * fps)`` frames.
@@ -327,7 +328,10 @@ def _add_video_stream(av: Any, out: Any, fps: int, size: tuple[int, int], keyint
     codec = _first_encoder(av, ("libx264", "mpeg4"))
     options = {"threads": "1"}
     if codec == "libx264":
-        options |= {"preset": "veryfast", "x264-params": f"keyint={keyint}:scenecut=0"}
+        # x264's own thread settings: with only FFmpeg's "threads", 3 of 60 encodes of the same
+        # arguments differed while other processes loaded the cores (0 of 120 with these)
+        threads = "threads=1:lookahead-threads=1:sliced-threads=0"
+        options |= {"preset": "veryfast", "x264-params": f"keyint={keyint}:scenecut=0:{threads}"}
     stream = out.add_stream(codec, rate=fps, options=options)
     stream.width, stream.height = size
     stream.pix_fmt = "yuv420p"
