@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lineage_data._core.errors import ContractError
-from lineage_data._core.outcomes import Status
+from lineage_data._core.outcomes import Outcome, Status
 
 PREFIX = "_lineage_"
 
@@ -200,7 +200,7 @@ def all_present(outcomes: pa.ChunkedArray | pa.Array) -> bool:
     return all(_all_present(chunk) for chunk in chunks)
 
 
-_PRESENT = b"PRESENT"
+_PRESENT = Outcome.PRESENT.value.encode()
 
 
 def _all_present(chunk: pa.Array) -> bool:
@@ -210,7 +210,7 @@ def _all_present(chunk: pa.Array) -> bool:
     if chunk.null_count:
         return False
     if chunk.type != pa.string():
-        return bool(pc.all(pc.equal(chunk, "PRESENT")).as_py())
+        return bool(pc.all(pc.equal(chunk, Outcome.PRESENT.value)).as_py())
     offsets = np.frombuffer(chunk.buffers()[1], np.int32, n + 1, chunk.offset * 4)
     width = len(_PRESENT)
     start, end = int(offsets[0]), int(offsets[-1])

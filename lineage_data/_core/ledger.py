@@ -155,12 +155,14 @@ class Ledger:
         """The rows of roots not delivered before (the first copy of each), recorded: all vectorized."""
         slots = self._slots(table[C.ROOT])
         n = len(slots)
-        run = _run(slots)
-        if run is not None:  # the usual batch: new roots in arrival order, a run of slots
+        increasing = n < 2 or bool((slots[1:] > slots[:-1]).all())  # distinct roots, in slot order
+        run = None
+        if n and increasing and int(slots[-1]) - int(slots[0]) == n - 1:
+            run = slice(int(slots[0]), int(slots[0]) + n)  # the usual batch: new roots, in order
             done = (self._flags.data[run] & _DONE) != 0
             keep = np.flatnonzero(~done) if done.any() else np.arange(n)
         else:
-            if n < 2 or (slots[1:] > slots[:-1]).all():  # distinct roots
+            if increasing:
                 first = np.arange(n)
             else:
                 _, first = np.unique(slots, return_index=True)
@@ -567,16 +569,6 @@ def _codes(outcomes: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if index.null_count:
         raise ValueError(f"unknown outcome in {pc.unique(outcomes).to_pylist()}")
     return (np.asarray(index.to_numpy(zero_copy_only=False)) + 1).astype(np.uint8)
-
-
-def _run(slots: np.ndarray) -> slice | None:
-    """``slots`` as a slice when they are consecutive and increasing (new roots in arrival order)."""
-    n = len(slots)
-    if not n or int(slots[-1]) - int(slots[0]) != n - 1:
-        return None
-    if n > 1 and not (slots[1:] > slots[:-1]).all():
-        return None
-    return slice(int(slots[0]), int(slots[0]) + n)
 
 
 def _told(table: pa.Table, name: str) -> pa.ChunkedArray | None:
