@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import coordinator, faults, longtail, overhead, poison, smallparents
+from bench import coordinator, faults, longtail, ocr, overhead, poison, realpdf, smallparents
 from bench.common import log
 from bench.measure import RESULTS_DIR, start_ray, warm_up
 
-BENCHES = ("longtail", "poison", "overhead", "coordinator", "smallparents")
+BENCHES = ("longtail", "poison", "overhead", "coordinator", "smallparents", "realpdf", "ocr")
 # Not part of ``all``: it SIGKILLs processes of the Ray instance it runs on.
 EXTRA = ("faults",)
 GPUS = 4
@@ -33,6 +33,12 @@ def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return overhead.run(args.scale, out, seed=args.seed)
     if name == "faults":
         return faults.run(args.scale, out, seed=args.seed)
+    if name == "ocr":
+        return ocr.run(args.scale, out, seed=args.seed, input_dir=args.input, daft=not args.no_daft)
+    if name == "realpdf":
+        return realpdf.run(
+            args.scale, out, seed=args.seed, input_dir=args.input, keep_images=args.keep_images
+        )
     if name == "smallparents":
         return smallparents.run(args.scale, out, seed=args.seed)
     return coordinator.run(args.scale, out, seed=args.seed)
@@ -45,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", choices=("smoke", "small", "full"), default="smoke")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS_DIR), help="results directory")
-    parser.add_argument("--no-daft", action="store_true", help="skip Daft in longtail")
+    parser.add_argument("--no-daft", action="store_true", help="skip Daft in longtail and ocr")
+    parser.add_argument("--input", default=None, help="ocr, realpdf: a directory of PDFs")
+    parser.add_argument(
+        "--keep-images", action="store_true", help="realpdf: page images kept in document rows"
+    )
     args = parser.parse_args(argv)
 
     started = time.time()

@@ -130,7 +130,7 @@ def publish(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "code": code_version(),
         **body,
-        "plot": str(png),
+        "plot": str(png) if png.exists() else None,
     }
     path = results_path(out_dir, name, scale, "json", when)
     write_json(path, data)

@@ -61,6 +61,7 @@ def render_pages(
     max_bytes: int | None = 512 * _MiB,
     render: bool = True,
     image_format: str = "png",
+    page_errors: str = "raise",
 ) -> Iterator[dict[str, Any]]:
     r"""Expand one PDF row into its pages, in page order.
 
@@ -75,6 +76,10 @@ def render_pages(
     or None when ``render=False``. ``text`` is the page's text layer with ``\n`` line ends ("" for
     a scanned page).
 
+    With ``page_errors="keep"`` every page row also has ``error``: None, or, for a page PDFium
+    cannot load or render, the reason (with ``image`` None, ``text`` "" and no size); a later stage
+    (:class:`connectors.ocr.DetectLines`) then fails that page alone instead of the document.
+
     Options are checked when this is called; the input is checked on the first ``next()``, before
     any page is yielded. The document is closed when the iterator is exhausted or closed.
 
@@ -86,6 +91,7 @@ def render_pages(
         max_bytes: Reject files larger than this (None: no cap).
         render: Render page images; False skips rendering (and pillow) entirely.
         image_format: ``"png"`` or ``"jpeg"``.
+        page_errors: ``"raise"`` (a bad page fails the document) or ``"keep"`` (see above).
 
     Returns:
         An iterator of page rows.
@@ -105,7 +111,7 @@ def render_pages(
         >>> [(p["page_index"], p["page_count"], p["text"].splitlines()[0]) for p in pages]
         [(0, 2, 'Document a page 1 of 2'), (1, 2, 'Document a page 2 of 2')]
     """
-    options = _PageOptions(dpi, max_pixels, max_pages, max_bytes, render, image_format)
+    options = _PageOptions(dpi, max_pixels, max_pages, max_bytes, render, image_format, page_errors)
     return _iter_pages(row, options)
 
 
@@ -136,7 +142,15 @@ class PdfPages:
 class _PageOptions:
     """Validated options of :func:`render_pages`."""
 
-    __slots__ = ("dpi", "image_format", "max_bytes", "max_pages", "max_pixels", "render")
+    __slots__ = (
+        "dpi",
+        "image_format",
+        "keep_errors",
+        "max_bytes",
+        "max_pages",
+        "max_pixels",
+        "render",
+    )
 
     def __init__(
         self,
@@ -146,7 +160,10 @@ class _PageOptions:
         max_bytes: int | None,
         render: bool,
         image_format: str,
+        page_errors: str = "raise",
     ) -> None:
+        if page_errors not in ("raise", "keep"):
+            raise ValueError(f"page_errors must be 'raise' or 'keep', got {page_errors!r}")
         if not dpi > 0:
             raise ValueError(f"dpi must be > 0, got {dpi!r}")
         if max_pixels < 1:
@@ -160,6 +177,7 @@ class _PageOptions:
         self.dpi, self.max_pixels = float(dpi), int(max_pixels)
         self.max_pages, self.max_bytes = max_pages, max_bytes
         self.render, self.image_format = bool(render), _IMAGE_FORMATS[image_format.lower()]
+        self.keep_errors = page_errors == "keep"
 
 
 def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str, Any]]:
@@ -175,7 +193,15 @@ def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str
                 name, f"{count} pages exceed max_pages={options.max_pages}"
             )
         for index in range(count):
-            yield _read_page(pdfium, document, index, count, name, options)
+            if not options.keep_errors:
+                yield _read_page(pdfium, document, index, count, name, options)
+                continue
+            try:
+                page = {**_read_page(pdfium, document, index, count, name, options), "error": None}
+            except CorruptInputError as exc:
+                page = {"page_index": index, "page_count": count, "width": None, "height": None}
+                page.update(image=None, text="", error=str(exc))
+            yield page
     finally:
         document.close()
 

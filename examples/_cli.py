@@ -52,6 +52,7 @@ def write_and_report(ds: Any, args: argparse.Namespace) -> int:
     result = write_shards(
         ds, args.output, rows_per_shard=args.rows_per_shard, create_bucket=args.create_bucket
     )
-    print(result.report.summary())
+    if result.report is not None:  # None when a rerun found every root already committed
+        print(result.report.summary())
     print(f"shards: {args.output}")
     return 0

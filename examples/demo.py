@@ -1,12 +1,13 @@
 """``make demo``: the main job end to end on this machine, then a report.
 
 Starts a local S3 server (SeaweedFS on loopback, with keys that botocore reads from the ``AWS_*``
-variables, as the Ray workers do) and local Ray, generates a small long-tailed PDF corpus and a few
-short videos with some bad files, uploads them, runs both example pipelines into Parquet shards on
-that S3, prints the report, and stops what it started. Its last two lines are ``shards: <uri>``
+variables, as the Ray workers do) and local Ray, generates a small long-tailed PDF corpus, a few
+short videos with some bad files, and a few scanned (image-only) PDFs, uploads them, runs the
+example pipelines into Parquet shards on that S3 (PDF text layer, video, and OCR with a real model:
+RapidOCR's PP-OCRv4), prints the report, and stops what it started. Its last two lines are ``shards: <uri>``
 and ``parents: <N> committed, <M> failed``.
 
-    python -m examples.demo [--pdfs 24] [--videos 4] [--bad 9] [--workdir demo_out]
+    python -m examples.demo [--pdfs 24] [--videos 4] [--bad 9] [--scans 3] [--workdir demo_out]
 """
 
 from __future__ import annotations
@@ -21,9 +22,22 @@ BUCKET = "corpus"
 
 
 def _upload(args) -> dict:
-    from connectors.testing.corpus import write_corpus
+    from connectors.testing.corpus import write_corpus, write_scanned_corpus
 
-    return write_corpus(
+    scans = (
+        write_scanned_corpus(
+            f"s3://{BUCKET}/input",
+            n_pdfs=args.scans,
+            seed=args.seed,
+            max_pages=3,
+            mean_pages=2,
+            dpi=72,
+            lines=(2, 5),
+        )
+        if args.scans
+        else {"files": []}
+    )
+    manifest = write_corpus(
         f"s3://{BUCKET}/input",
         n_pdfs=args.pdfs,
         n_bad=args.bad,
@@ -32,6 +46,8 @@ def _upload(args) -> dict:
         max_pages=args.max_pages,
         mean_pages=args.mean_pages,
     )
+    manifest["files"] += scans["files"]
+    return manifest
 
 
 def _read_back(out: str) -> None:
@@ -59,6 +75,9 @@ def _run(args) -> tuple[int, int]:
             ),
         )
     ]
+    if args.scans:
+        ocr = pdf_to_shards.build(f"{inputs}/scans/", stage="ocr", concurrency=1, batch_size=16)
+        jobs.append(("ocr", ocr))
     if args.videos:
         jobs.append(
             (
@@ -100,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pdfs", type=int, default=24)
     parser.add_argument("--videos", type=int, default=4)
     parser.add_argument("--bad", type=int, default=9, help="bad files (up to 9: 6 PDFs, 3 videos)")
+    parser.add_argument("--scans", type=int, default=3, help="scanned PDFs for the OCR job")
     parser.add_argument("--max-pages", type=int, default=120)
     parser.add_argument("--mean-pages", type=float, default=12)
     parser.add_argument("--rows-per-shard", type=int, default=10)

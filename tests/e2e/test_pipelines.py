@@ -109,6 +109,8 @@ def test_make_demo_smoke(tmp_path):
         "9",
         "--max-pages",
         "8",
+        "--scans",
+        "2",
         "--workdir",
         str(tmp_path),
     ]
@@ -116,5 +118,6 @@ def test_make_demo_smoke(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-2] == "shards: s3://corpus/shards/"
-    assert lines[-1] == "parents: 4 committed, 9 failed"
+    assert lines[-1] == "parents: 6 committed, 9 failed"  # 3 PDFs, 1 video, 2 scans (OCR)
     assert (tmp_path / "pdf-timeline.png").stat().st_size > 0
+    assert (tmp_path / "ocr-timeline.png").stat().st_size > 0

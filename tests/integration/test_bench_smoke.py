@@ -124,3 +124,26 @@ def test_faults_smoke(tmp_path: Path) -> None:
     assert h["wall_clean_s"] > 0 and h["wall_faulted_s"] > 0
     assert h["wall_ratio_vs_clean"] > 0
     assert list(tmp_path.glob("faults-smoke-*.png"))
+
+
+def test_realpdf_smoke(smoke_all: tuple[dict, Path]) -> None:
+    h = _headline("realpdf", smoke_all)
+    assert h["keep_images"] is False
+    assert h["wall_ratio_vs_floor"] > 0 and h["wall_ratio_vs_ray_data"] > 0
+    assert h["peak_object_store_ratio_vs_ray_data"] >= 0
+    assert set(h["wall_s"]) == {"floor", "ray_data", "lineage_data"}
+    assert set(h["spilled_mib"]) == set(h["wall_s"])
+    _frac(h["first_doc_frac"]["lineage_data"])
+    assert h["pages"] > 0
+
+
+def test_ocr_smoke(smoke_all: tuple[dict, Path]) -> None:
+    # The model really ran, in order: the text comes from page images only.
+    h = _headline("ocr", smoke_all)
+    assert 0 <= h["cer"] <= 0.10
+    assert h["wall_ratio_vs_floor"] > 0 and h["wall_ratio_vs_ray_data"] > 0
+    assert h["pages_per_s_vs_limit"] > 0
+    assert set(h["wall_s"]) >= {"floor", "ray_data", "lineage_data", "limit"}
+    assert h["peak_driver_rss_mib"] > 0
+    results = json.loads(next(smoke_all[1].glob("ocr-smoke-*.json")).read_text())
+    assert all(results["same_text_as_lineage_data"].values())

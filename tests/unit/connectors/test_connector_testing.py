@@ -8,6 +8,7 @@ import fsspec
 import pytest
 
 import connectors.errors
+import connectors.ocr
 import connectors.pdf
 import connectors.testing.corpus
 import connectors.testing.echo_llm
@@ -28,6 +29,7 @@ from connectors.testing.corpus import (
     "module",
     [
         connectors.errors,
+        connectors.ocr,
         connectors.pdf,
         connectors.testing.corpus,
         connectors.testing.echo_llm,

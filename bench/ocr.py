@@ -1,0 +1,171 @@
+"""``ocr``: a real OCR model (RapidOCR, PP-OCRv4) through every system, on image-only PDFs.
+
+Default corpus: seeded long-tailed PDFs whose pages are images only (``write_scanned_corpus``),
+so the text can only come from the model and the character error rate against the generating
+text checks that it ran, in order. ``--input DIR`` takes any directory of PDFs instead (no CER).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import log, publish
+from bench.documents import FLOORS, OCR, Run, Setup, consume, norm_path, ocr_limit, setup_dict
+from bench.systems import clean
+
+# pages: (PDFs, max pages, mean pages, dpi, lines per page). Small: about 280 pages, ~1 CPU-s each.
+SCALES: dict[str, dict[str, Any]] = {
+    "smoke": {"pdfs": 4, "max_pages": 3, "mean_pages": 2, "dpi": 50, "lines": (1, 3)},
+    "small": {"pdfs": 40, "max_pages": 40, "mean_pages": 6, "dpi": 72, "lines": (2, 6)},
+    "full": {"pdfs": 200, "max_pages": 120, "mean_pages": 10, "dpi": 100, "lines": (4, 12)},
+}
+ORDER = ("floor", "ray_data", "per_document", "lineage_data", "daft", "limit")
+SMOKE_ORDER = ("floor", "ray_data", "lineage_data", "limit")
+
+
+def _corpus(scale: str, seed: int, input_dir: str | None, scratch: Path) -> tuple[list[str], dict]:
+    """The PDF paths, and the true text by path (empty for ``--input``)."""
+    from connectors.testing.corpus import write_scanned_corpus
+
+    if input_dir:
+        paths = sorted(str(p.resolve()) for p in Path(input_dir).rglob("*.pdf"))
+        if not paths:
+            raise SystemExit(f"no *.pdf under {input_dir}")
+        return paths, {}
+    conf = SCALES[scale]
+    manifest = write_scanned_corpus(
+        scratch / "corpus",
+        n_pdfs=conf["pdfs"],
+        seed=seed,
+        max_pages=conf["max_pages"],
+        mean_pages=conf["mean_pages"],
+        dpi=conf["dpi"],
+        lines=conf["lines"],
+    )
+    files = manifest["files"]
+    return [f["path"] for f in files], {norm_path(f["path"]): f["text"] for f in files}
+
+
+def _cer(texts: dict[str, str], truth: dict[str, str]) -> float | None:
+    """Characters in error over all documents (whitespace removed, case folded)."""
+    from connectors.ocr import character_error_rate
+
+    if not truth:
+        return None
+    total = sum(len("".join(t.split())) for t in truth.values())
+    errors = sum(
+        character_error_rate(texts.get(path, ""), ref) * len("".join(ref.split()))
+        for path, ref in truth.items()
+    )
+    return round(errors / max(1, total), 4)
+
+
+def run(
+    scale: str, out_dir: Path, *, seed: int = 0, input_dir: str | None = None, daft: bool = True
+) -> dict[str, Any]:
+    """Run every system once on one corpus; write the JSON; return the headline."""
+    from bench.documents import page_counts
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-ocr-"))
+    try:
+        paths, truth = _corpus(scale, seed, input_dir, scratch)
+        counts = page_counts(paths)
+        pages = sum(counts.values())
+        dpi = SCALES[scale]["dpi"]
+        setup = Setup(dpi=dpi)
+        cores = len(os.sched_getaffinity(0))
+        log(
+            f"ocr/{scale}: {len(paths)} PDFs, {pages} pages (max {max(counts.values())}), {dpi} dpi"
+        )
+        runs: dict[str, Run] = {}
+        skipped: dict[str, str] = {}
+        for system in SMOKE_ORDER if scale == "smoke" else ORDER:
+            log(f"running {system} ...")
+            if system == "limit":
+                runs[system] = ocr_limit(paths, setup, cores)
+            elif system == "daft":
+                try:
+                    if not daft:
+                        raise RuntimeError("disabled with --no-daft")
+                    from bench.documents_daft import ocr_daft
+
+                    runs[system] = ocr_daft(paths, setup)
+                except Exception as exc:  # noqa: BLE001 - Daft is optional: say why it did not run
+                    skipped[system] = f"not run: {type(exc).__name__}: {str(exc)[:300]}"
+                    log(f"daft: {skipped[system]}")
+                    continue
+            else:
+                key = None if system in FLOORS else "path"
+                runs[system] = consume(system, OCR[system](paths, setup), key=key)
+            log(f"{system}: {runs[system].wall_s:.1f}s")
+    finally:
+        clean(scratch)
+    results: dict[str, dict[str, Any]] = {}
+    for name, result in runs.items():
+        results[name] = result.summary(pages, 0)
+        if name not in FLOORS:
+            results[name]["cer"] = _cer(result.texts, truth)
+            results[name]["documents_out"] = len(result.texts)
+    ld_run = runs["lineage_data"]
+    same = {
+        name: r.texts == ld_run.texts
+        for name, r in runs.items()
+        if name not in (*FLOORS, "lineage_data")
+    }
+    ld = results["lineage_data"]
+
+    def ratio(other: str) -> float | None:
+        return round(ld["wall_s"] / results[other]["wall_s"], 4) if other in results else None
+
+    headline = {
+        "bench": "ocr",
+        "scale": scale,
+        "wall_ratio_vs_floor": ratio("floor"),
+        "wall_ratio_vs_ray_data": ratio("ray_data"),
+        "wall_ratio_vs_per_document": ratio("per_document"),
+        "wall_ratio_vs_daft": ratio("daft"),
+        "pages_per_s_vs_limit": round(ld["pages_per_s"] / results["limit"]["pages_per_s"], 4),
+        "cer": ld["cer"],
+        "first_doc_frac": ld["first_doc_frac"],
+        "peak_driver_rss_mib": ld.get("peak_driver_rss_mib"),
+        "pages": pages,
+        "pages_per_s": {name: r["pages_per_s"] for name, r in results.items()},
+        "wall_s": {name: r["wall_s"] for name, r in results.items()},
+    }
+    publish(
+        "ocr",
+        scale,
+        seed,
+        out_dir,
+        f"ocr/{scale}: {len(paths)} PDFs, {pages} pages",
+        [],
+        {
+            "corpus": {
+                "input": input_dir or "generated image-only PDFs (write_scanned_corpus)",
+                "pdfs": len(paths),
+                "pages": pages,
+                "max_pages": max(counts.values()),
+                "median_pages": statistics.median(counts.values()),
+                "generator": None if input_dir else SCALES[scale],
+            },
+            "setup": {**setup_dict(setup), "cores": cores},
+            "same_text_as_lineage_data": same,
+            "notes": (
+                "One Ray instance (8 logical CPUs on this machine's cores) for every Ray system; "
+                "each model stage has `actors` actors (per_document twice as many), one "
+                "onnxruntime thread each. limit = the same page functions in plain processes, one "
+                "per core, page j to process j % cores, no Ray (process start and model load "
+                "included, as actor start-up is for the others). wall_s from building the "
+                "pipeline to the last row consumed on the driver. cer over all documents, "
+                "whitespace removed and case folded."
+            ),
+            "systems": results,
+            "skipped": skipped,
+            "headline": headline,
+        },
+    )
+    return headline
