@@ -7,20 +7,17 @@ state of a new epoch (see :mod:`lineage_data._core.state`).
 A Ray actor call costs about 1 ms on a small machine, and one actor serves at most ~1,000 of them a
 second: less than the map stages of a fine-grained job make (two calls per batch). So the actor also
 serves the same calls on a TCP socket of its own, on its event loop (one connection per calling
-process, length-prefixed pickles): ~0.1 ms a call. A connection is accepted only after it presents a
-secret that each incarnation draws and hands out over Ray's own (authenticated) channel. Any trouble on
-the socket (the actor restarted, a port the network refuses) makes the client fall back to the Ray call
-for that call, which survives the actor's restart, and ask for the new address later.
+process): ~0.03 ms a call. The channel (:mod:`lineage_data._ray.channel`) carries no pickles,
+authenticates every connection and frame with a secret that each incarnation draws and hands out
+over Ray's own channel (it never crosses the socket), and is TLS when Ray's traffic is. Any trouble
+on the socket (the actor restarted, a port the network refuses, a call it cannot carry) makes the
+client fall back to the Ray call for that call, which survives the actor's restart, and ask for the
+new address later.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import pickle
 import secrets
-import socket
-import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -31,24 +28,16 @@ import ray
 
 from lineage_data._core.state import CommitResult, Handoff, LineageState, Path
 from lineage_data._ray.actors import Helper, helper_timeout_s, start_helper
-
-# What a client may call (on Ray or on the socket): the state's batch methods, nothing else.
-METHODS = frozenset(
-    {
-        "register_roots",
-        "root_ids_since",
-        "handoff",
-        "commit",
-        "count",
-        "reduced",
-        "release",
-        "establish_types",
-        "established",
-        "snapshot",
-    }
+from lineage_data._ray.channel import (
+    METHODS,
+    ChannelClient,
+    ChannelServer,
+    Unencodable,
+    ray_uses_tls,
+    socket_enabled,
+    tls_context,
 )
-_FRAME = "!I"  # a message: its length, then its pickle (a format string: the actor class pickles)
-_FRAME_SIZE = struct.calcsize(_FRAME)
+
 _RETRY_CHANNEL_S = 2.0  # after a failed connect, use Ray calls for this long before trying again
 
 
@@ -58,8 +47,9 @@ class CoordinatorActor:
 
     def __init__(self) -> None:
         self._state = LineageState()
-        self._secret = secrets.token_bytes(16)
-        self._server: asyncio.Server | None = None
+        self._secret = secrets.token_bytes(32)
+        self._server: ChannelServer | None = None
+        self._address: tuple[str, int] | None = None
 
     async def ping(self) -> int:
         """Liveness check; returns the state's epoch."""
@@ -69,51 +59,33 @@ class CoordinatorActor:
         """Apply one state method; exceptions travel back to the caller."""
         return self._apply(method, args, kwargs)
 
-    async def channel(self) -> tuple[str, int, bytes] | None:
-        """``(host, port, secret)`` of the socket channel, started on first ask (None: it cannot)."""
-        if self._server is None:
-            try:
-                self._server = await asyncio.start_server(
-                    self._serve, host=ray.util.get_node_ip_address(), port=0
-                )
-            except OSError:
-                return None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return host, port, self._secret
+    async def channel(self) -> tuple[str, int, bytes, bool] | None:
+        """``(host, port, secret, tls)`` of the socket channel, started on first ask.
 
-    def _apply(self, method: str, args: tuple, kwargs: dict) -> Any:
+        None: there is none (turned off, TLS wanted but its certificates cannot be loaded, or the
+        socket cannot be bound); every call then goes over Ray.
+        """
+        if self._address is None:
+            if not socket_enabled():
+                return None
+            try:
+                context = tls_context(server=True) if ray_uses_tls() else None
+                server = ChannelServer(self._secret, self._apply, context)
+                self._address = await server.start(ray.util.get_node_ip_address())
+            except (OSError, KeyError):  # ssl.SSLError is an OSError
+                return None
+            self._server = server
+        assert self._server is not None
+        return (*self._address, self._secret, self._server.tls)
+
+    async def refused(self) -> int:
+        """Connections the channel closed for a protocol violation (tests read it)."""
+        return self._server.refused if self._server is not None else 0
+
+    def _apply(self, method: str, args: Sequence, kwargs: dict) -> Any:
         if method not in METHODS:
             raise AttributeError(f"the coordinator has no method {method!r}")
         return getattr(self._state, method)(*args, **kwargs)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One client process: check its secret, then answer its calls in order until it hangs up."""
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            if not hmac.compare_digest(await reader.readexactly(len(self._secret)), self._secret):
-                return
-            while True:
-                (size,) = struct.unpack(_FRAME, await reader.readexactly(_FRAME_SIZE))
-                method, args, kwargs = pickle.loads(await reader.readexactly(size))
-                try:
-                    reply = pickle.dumps((True, self._apply(method, args, kwargs)), protocol=5)
-                except Exception as exc:  # noqa: BLE001 - the caller raises it
-                    reply = _error_reply(exc)
-                writer.write(struct.pack(_FRAME, len(reply)) + reply)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
-def _error_reply(exc: Exception) -> bytes:
-    try:
-        return pickle.dumps((False, exc), protocol=5)
-    except Exception:  # noqa: BLE001 - an exception that does not pickle goes back as text
-        return pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")), protocol=5)
 
 
 def start_coordinator(run_id: str) -> tuple[CoordinatorClient, Any]:
@@ -124,42 +96,14 @@ def start_coordinator(run_id: str) -> tuple[CoordinatorClient, Any]:
     return CoordinatorClient(helper), create
 
 
-class _Channel:
-    """One process's connection to one coordinator incarnation. Calls on it are serialized."""
-
-    def __init__(self, host: str, port: int, secret: bytes) -> None:
-        self._sock = socket.create_connection((host, port), timeout=helper_timeout_s())
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.sendall(secret)
-        self._file = self._sock.makefile("rb")
-        self._lock = threading.Lock()
-
-    def call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        request = pickle.dumps((method, args, kwargs), protocol=5)
-        with self._lock:
-            self._sock.sendall(struct.pack(_FRAME, len(request)) + request)
-            (size,) = struct.unpack(_FRAME, self._read(_FRAME_SIZE))
-            ok, value = pickle.loads(self._read(size))
-        if not ok:
-            raise value
-        return value
-
-    def _read(self, size: int) -> bytes:
-        data = self._file.read(size)
-        if len(data) != size:
-            raise ConnectionError("the coordinator closed the connection")
-        return data
-
-    def close(self) -> None:
-        try:
-            self._file.close()
-            self._sock.close()
-        except OSError:
-            pass
+def _connect(host: str, port: int, secret: bytes, tls: bool) -> ChannelClient:
+    """Open this process's channel to a coordinator (TLS with Ray's certificates when it is TLS)."""
+    context = tls_context(server=False) if tls else None
+    return ChannelClient(host, port, secret, timeout=helper_timeout_s(), ssl_context=context)
 
 
 # Per process: the open channel to each coordinator (by actor name), or when connecting last failed.
-_channels: dict[str, _Channel | float] = {}
+_channels: dict[str, ChannelClient | float] = {}
 _channels_lock = threading.Lock()
 
 
@@ -185,7 +129,9 @@ class CoordinatorClient:
         if channel is not None:
             try:
                 return channel.call(method, args, kwargs)
-            except (OSError, EOFError, pickle.UnpicklingError):
+            except Unencodable:
+                pass  # a value the channel does not carry: this call goes over Ray
+            except (OSError, EOFError):  # ChannelError is an OSError
                 # The actor restarted or the connection broke: this call goes over Ray (which waits
                 # for the actor to come back), the next one asks for the new address.
                 self._forget(channel)
@@ -195,30 +141,32 @@ class CoordinatorClient:
         """The same call as an actor call over Ray (what the socket saves; the bench compares)."""
         return self.helper.call("call", method, args, kwargs, stage=self._stage)
 
-    def _channel(self) -> _Channel | None:
+    def _channel(self) -> ChannelClient | None:
+        if not socket_enabled():  # the operator turned the socket channel off: Ray calls only
+            return None
         name = self.helper.name
         with _channels_lock:
             known = _channels.get(name)
-        if isinstance(known, _Channel):
+        if isinstance(known, ChannelClient):
             return known
         if known is not None and time.monotonic() - known < _RETRY_CHANNEL_S:
             return None
-        channel: _Channel | float
+        channel: ChannelClient | float
         try:
             address = self.helper.call("channel", stage=self._stage)
-            channel = _Channel(*address) if address is not None else time.monotonic()
-        except (OSError, ray.exceptions.RayError):
+            channel = _connect(*address) if address is not None else time.monotonic()
+        except (OSError, KeyError, ray.exceptions.RayError):
             channel = time.monotonic()
         with _channels_lock:
             current = _channels.get(name)
-            if isinstance(current, _Channel):  # another thread connected meanwhile
-                if isinstance(channel, _Channel):
+            if isinstance(current, ChannelClient):  # another thread connected meanwhile
+                if isinstance(channel, ChannelClient):
                     channel.close()
                 return current
             _channels[name] = channel
-        return channel if isinstance(channel, _Channel) else None
+        return channel if isinstance(channel, ChannelClient) else None
 
-    def _forget(self, channel: _Channel) -> None:
+    def _forget(self, channel: ChannelClient) -> None:
         channel.close()
         with _channels_lock:
             if _channels.get(self.helper.name) is channel:
