@@ -75,6 +75,7 @@ MAX_FRAME = 32 << 20  # a larger frame is refused (the client sends such a call 
 _HEADER = struct.Struct("!IB")  # body length, then the method index (request) or status (reply)
 _SEQ = struct.Struct("!cQ")  # what a tag covers besides the frame: direction and sequence number
 _OK, _ERROR = 0, 1
+_HANDSHAKE_S = 10.0  # a connection that has not authenticated by then is closed
 
 _EXT_ARROW, _EXT_VERDICT, _EXT_HANDOFF, _EXT_COMMIT = 1, 2, 3, 4
 
@@ -286,7 +287,10 @@ class ChannelServer:
             except OSError:
                 pass
         try:
-            session = await self._handshake(reader, writer)
+            try:
+                session = await asyncio.wait_for(self._handshake(reader, writer), _HANDSHAKE_S)
+            except TimeoutError:
+                session = None  # a peer that connects and says nothing does not hold a slot
             if session is None:
                 self.refused += 1
                 return

@@ -78,10 +78,6 @@ class CoordinatorActor:
         assert self._server is not None
         return (*self._address, self._secret, self._server.tls)
 
-    async def refused(self) -> int:
-        """Connections the channel closed for a protocol violation (tests read it)."""
-        return self._server.refused if self._server is not None else 0
-
     def _apply(self, method: str, args: Sequence, kwargs: dict) -> Any:
         if method not in METHODS:
             raise AttributeError(f"the coordinator has no method {method!r}")

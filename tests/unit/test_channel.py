@@ -182,7 +182,7 @@ def test_forged_frames_are_refused_and_nothing_is_applied(served, attack):
     header = _read(sock, ch._HEADER.size)
     size, status = ch._HEADER.unpack(header)
     assert status == ch._OK and _read(sock, size + ch.TAG)  # the honest frame was answered
-    applied = len(served.applied)
+    applied, refused = len(served.applied), served.server.refused
     if attack == "replay":
         sock.sendall(frame)  # the same bytes again: its sequence number is spent
     elif attack == "alter":
@@ -198,6 +198,7 @@ def test_forged_frames_are_refused_and_nothing_is_applied(served, attack):
         sock.sendall(session.seal(ch._INDEX["count"], payload))
     assert _closed(sock)
     assert len(served.applied) == applied
+    assert served.server.refused == refused + 1
     sock.close()
     _still_serving(served)
 
