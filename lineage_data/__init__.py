@@ -24,6 +24,7 @@ from lineage_data._core.errors import (
     LineageError,
     PlanError,
     UserCodeError,
+    WorkerCrashedError,
 )
 from lineage_data._core.failures import GroupFailure, RecordFailure
 from lineage_data._core.outcomes import Outcome
@@ -82,6 +83,7 @@ __all__ = [
     "S3BucketNotFoundError",
     "S3ConnectionError",
     "UserCodeError",
+    "WorkerCrashedError",
     "from_items",
     "from_ray",
     "init",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from lineage_data._core import columns as C
 from lineage_data._core.batching import rebatch
 from lineage_data._core.errors import LineageError, PlanError
+from lineage_data._core.guard import DEFAULT_MAX_CRASH_RETRIES
 from lineage_data._core.plan import MaterializedSource, Plan
 from lineage_data._core.stages import (
     BATCH_FORMATS,
@@ -106,7 +107,12 @@ class LineageDataset:
     # -- stages ---------------------------------------------------------------------------------
     # Every stage verb also takes Ray Data's arguments (RayOptions: compute, concurrency, fn_args,
     # fn_kwargs, fn_constructor_args, fn_constructor_kwargs, num_cpus, num_gpus, memory and Ray's
-    # other remote arguments), with Ray's meaning and defaults.
+    # other remote arguments), with Ray's meaning and defaults. And two of ours for inputs that
+    # crash or hang the process under a stage (see lineage_data._core.guard): ``max_crash_retries``
+    # (a block whose worker died more often is isolated; a row, parent or group that kills its worker
+    # more often alone ends FAILED with WorkerCrashedError) and ``timeout_s`` (a call of the function
+    # on one batch, row, parent or group that takes longer ends its process; the input fails with
+    # TimeoutError; on Ray only).
     def expand_lineage(
         self,
         fn: Callable[..., Iterable[dict]] | type,
@@ -115,6 +121,8 @@ class LineageDataset:
         carry: Sequence[str] | None = None,
         batch_size: int | None = None,
         on_error: OnError = "isolate",
+        timeout_s: float | None = None,
+        max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
         **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """Open a level: ``fn(row, *fn_args, **fn_kwargs) -> Iterable[dict]`` gives a row's children.
@@ -134,6 +142,8 @@ class LineageDataset:
             carry=tuple(carry or ()),
             batch_size=batch_size,
             on_error=on_error,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
         )
 
     def map_batches(
@@ -145,6 +155,8 @@ class LineageDataset:
         batch_format: BatchFormat = DEFAULT_BATCH_FORMAT,
         on_error: OnError = "isolate",
         max_retries: int = 1,
+        timeout_s: float | None = None,
+        max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
         **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """A 1:1 batch stage, as Ray's ``map_batches``; ``fn`` sees the user columns of PRESENT rows.
@@ -171,6 +183,8 @@ class LineageDataset:
             batch_format=batch_format,
             on_error=on_error,
             max_retries=max_retries,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
         )
 
     def map(
@@ -179,13 +193,23 @@ class LineageDataset:
         *,
         name: str | None = None,
         on_error: OnError = "isolate",
+        timeout_s: float | None = None,
+        max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
         **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """A 1:1 row stage, as Ray's ``map``: ``fn(row) -> dict`` (or a failure value).
 
         Same rules as :meth:`map_batches`; a row that raises fails alone under ``on_error="isolate"``.
         """
-        return self._then(MapRows, fn, name, options, on_error=on_error)
+        return self._then(
+            MapRows,
+            fn,
+            name,
+            options,
+            on_error=on_error,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
+        )
 
     def filter(
         self,
@@ -194,6 +218,8 @@ class LineageDataset:
         *,
         name: str | None = None,
         on_error: OnError = "isolate",
+        timeout_s: float | None = None,
+        max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
         **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """Keep rows where ``fn(row)`` is true, or where the Ray expression ``expr`` holds.
@@ -214,7 +240,15 @@ class LineageDataset:
             if any(k.startswith("fn_") for k in options):
                 raise PlanError("filter: fn_args/fn_kwargs/fn_constructor_* need fn, not expr")
             fn = Predicate(expr)
-        return self._then(Filter, fn, name, options, on_error=on_error)
+        return self._then(
+            Filter,
+            fn,
+            name,
+            options,
+            on_error=on_error,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
+        )
 
     def reduce_lineage(
         self,
@@ -223,6 +257,8 @@ class LineageDataset:
         name: str | None = None,
         on_child_failure: OnChildFailure = "fail",
         on_error: OnError = "isolate",
+        timeout_s: float | None = None,
+        max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
         **options: Unpack[RayOptions],
     ) -> LineageDataset:
         """Close a level: ``fn(parent, children, *fn_args, **fn_kwargs) -> dict``, children in order.
@@ -237,7 +273,14 @@ class LineageDataset:
         groupby, no barrier.
         """
         return self._then(
-            Reduce, fn, name, options, on_child_failure=on_child_failure, on_error=on_error
+            Reduce,
+            fn,
+            name,
+            options,
+            on_child_failure=on_child_failure,
+            on_error=on_error,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
         )
 
     # -- column verbs (1:1 stages that keep the lineage columns) --------------------------------

@@ -27,6 +27,14 @@ class DuplicateRootError(LineageError):
     """Two source rows share one lineage root id."""
 
 
+class WorkerCrashedError(LineageError):
+    """The process running a stage died every time it ran one input (a native crash, an OOM kill).
+
+    The cause of that input's FAILED row (see :mod:`lineage_data._core.guard`); a constructor that
+    crashes every time raises it for the stage instead.
+    """
+
+
 class AccountingError(LineageError):
     """At the end of a run, a source root did not reach exactly one terminal row."""
 

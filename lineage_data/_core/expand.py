@@ -16,6 +16,7 @@ from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK, TARGET_BLOCK_BYTES, row_bytes
 from lineage_data._core.errors import ContractError, PlanError, describe
+from lineage_data._core.guard import Guard, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Expand
@@ -43,8 +44,16 @@ class ExpandOp:
         *,
         rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
         target_bytes: int = TARGET_BLOCK_BYTES,
+        watchdog: bool = False,
     ) -> None:
         self._stage = stage
+        self._guard = Guard(
+            stage.name,
+            coordinator,
+            max_crash_retries=stage.max_crash_retries,
+            timeout_s=stage.timeout_s,
+            watchdog=watchdog,
+        )
         self._index = index
         self._coordinator = coordinator
         self._rows_per_block = rows_per_block
@@ -66,14 +75,23 @@ class ExpandOp:
         blocks = _Blocks(self)
         # the parent rows as the function sees them (every column but the lineage), the lineage by column
         rows = parents.select([n for n in parents.column_names if n not in C.ALL]).to_pylist()
-        lineage = zip(
-            parents[C.ROOT].to_pylist(),
-            C.paths(parents[C.PATH], self._stage.level),
-            parents[C.OUTCOME].to_pylist(),
-            parents[C.CAUSE].to_pylist(),
-            parents[C.STAGE].to_pylist(),
-            strict=True,
+        lineage = list(
+            zip(
+                parents[C.ROOT].to_pylist(),
+                C.paths(parents[C.PATH], self._stage.level),
+                parents[C.OUTCOME].to_pylist(),
+                parents[C.CAUSE].to_pylist(),
+                parents[C.STAGE].to_pylist(),
+                strict=True,
+            )
         )
+        guard = self._guard
+        whole = True
+        if lineage:  # the block is journaled before any parent runs (see _core.guard)
+            first, last = lineage[0], lineage[-1]
+            whole = guard.block(
+                len(lineage), unit_key(first[0], first[1]), unit_key(last[0], last[1])
+            )
         for row, (root, path, outcome, cause, stage) in zip(rows, lineage, strict=True):
             key = (root, path)
             entering = (
@@ -82,12 +100,22 @@ class ExpandOp:
                 else outcomes.entering(Status(Outcome(outcome), cause, stage))
             )
             payload = None  # a parent that is not expanded keeps no payload
+            if entering is None and not whole:  # an isolated block: each parent journaled alone
+                entering = guard.unit(unit_key(root, path))
+                if entering is not None:
+                    yield from blocks.close(key, payload, entering)
+                    continue
             if entering is None:
                 children = _Children(self, row, key, blocks)
-                yield from children
+                with guard.timed():
+                    yield from children
                 entering = children.result
                 payload = self._parent_payload(row)
+                if not whole:
+                    guard.done(unit_key(root, path))
             yield from blocks.close(key, payload, entering)
+        if lineage:
+            guard.done_block()
         yield from blocks.finish()
         # rows of other levels go last, so they do not shift the blocks off their boundaries
         passthrough = C.lineage_only(others)

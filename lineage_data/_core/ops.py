@@ -46,15 +46,19 @@ def build_op(
     *,
     rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
     holders: Any = None,
+    watchdog: bool = False,
 ) -> ExpandOp | RowStageOp | ReduceOp:
     """The operator for stage ``index`` of ``plan``, talking to ``coordinator``.
 
-    A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`).
+    A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`). ``watchdog``: enforce
+    the stage's ``timeout_s`` by ending the process (in a Ray worker; see :mod:`guard`).
     """
     stage = plan.stages[index]
     match stage:
         case Expand():
-            return ExpandOp(stage, index, coordinator, rows_per_block=rows_per_block)
+            return ExpandOp(
+                stage, index, coordinator, rows_per_block=rows_per_block, watchdog=watchdog
+            )
         case Reduce():
             opening = plan.stages[opening_expand(plan, index)]
             assert isinstance(opening, Expand)
@@ -68,8 +72,9 @@ def build_op(
                 holders=holders,
                 carry=opening.carry,
                 children_of=child_producer(plan, index),
+                watchdog=watchdog,
             )
         case MapBatches() | MapRows() | Filter():
-            return RowStageOp(stage, index, coordinator)
+            return RowStageOp(stage, index, coordinator, watchdog=watchdog)
         case _:
             assert_never(stage)

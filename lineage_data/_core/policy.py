@@ -29,6 +29,8 @@ class CallPolicy:
     stage: str
     on_error: str = "isolate"
     retries: int = 0  # batch calls only: attempts after the first, before splitting
+    # How each call is made: ``invoke(fn, *args)`` (the stage's guard, with its timeout), or plain.
+    invoke: Callable[..., Any] | None = None
 
     def call(self, fn: Callable[..., Any], *args: Any, on: str) -> tuple[Any, Status | None]:
         """``fn(*args)`` once: ``(value, None)``, or ``(None, FAILED status)`` if it raised.
@@ -36,7 +38,7 @@ class CallPolicy:
         ``on`` says what it was called on, for the error of ``on_error="raise"`` ("a row", "a parent").
         """
         try:
-            return fn(*args), None
+            return (self.invoke(fn, *args) if self.invoke else fn(*args)), None
         except ContractError:
             raise
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
@@ -64,7 +66,7 @@ class CallPolicy:
         error: Exception = RuntimeError("no attempt was made")
         for _ in range((self.retries if retries is None else retries) + 1):
             try:
-                return run(items)
+                return self.invoke(run, items) if self.invoke else run(items)
             except ContractError:
                 raise
             except Exception as exc:  # noqa: BLE001 - user code may raise anything

@@ -16,6 +16,7 @@ from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.errors import ContractError, FencingError, describe
 from lineage_data._core.failures import is_failure
+from lineage_data._core.guard import Guard, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Reduce
@@ -160,15 +161,24 @@ class ReduceOp:
         holders: Any,
         carry: Sequence[str] = (),
         children_of: str | None = None,
+        watchdog: bool = False,
     ) -> None:
         self._stage = stage
+        self._guard = Guard(
+            stage.name,
+            coordinator,
+            max_crash_retries=stage.max_crash_retries,
+            timeout_s=stage.timeout_s,
+            watchdog=watchdog,
+        )
+        self._isolate = False  # a block whose worker died on it before: each group journaled
         self._coordinator = coordinator
         self._holders = holders
         self._carry = tuple(carry)
         self._fn: Callable[..., Any] | None = (
             stage.call.bind() if stage.call.fn is not None else None
         )
-        self._policy = CallPolicy(stage.name, stage.on_error)
+        self._policy = CallPolicy(stage.name, stage.on_error, invoke=self._guard.call)
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._children_of = children_of  # the stage whose columns the children carry
         self._known: list[str] | None = None  # its established columns, asked once per batch
@@ -200,9 +210,20 @@ class ReduceOp:
         if partial:
             done.extend(self._holders.add(partial))
         self._known = None
-        out = self._reduce_local(members, local) if local is not None else []
-        out.extend(self._reduce(key, group) for key, group in done)
         keys = [*(local.keys if local is not None else ()), *(key for key, _ in done)]
+        if keys:  # the groups this block completes are journaled before any is reduced
+            first, last = keys[0], keys[-1]
+            whole = self._guard.block(
+                len(keys), unit_key(first[0], first[1]), unit_key(last[0], last[1])
+            )
+            self._isolate = not whole
+        try:
+            out = self._reduce_local(members, local) if local is not None else []
+            out.extend(self._reduce(key, group) for key, group in done)
+        finally:
+            self._isolate = False
+            if keys:
+                self._guard.done_block()
         if out:
             # A result whose values do not fit (a type that conflicts with the parents reduced before
             # it, run-wide; a value Arrow cannot hold) fails its parent alone.
@@ -301,7 +322,15 @@ class ReduceOp:
     ) -> dict:
         """The row of a parent whose group is reduced by the function over ``kids``."""
         parent = pickle.loads(payload) if payload else {}
-        status, value = self._call(parent, kids)
+        if self._isolate:
+            unit = unit_key(key[0], key[1])
+            crashed = self._guard.unit(unit)
+            if crashed is not None:
+                return _decided(key, crashed)
+            status, value = self._call(parent, kids)
+            self._guard.done(unit)
+        else:
+            status, value = self._call(parent, kids)
         if not status.present:
             return _decided(key, status)
         row = {**value, C.ROOT: key[0], C.PATH: list(key[1]), C.OUTCOME: Outcome.PRESENT.value}

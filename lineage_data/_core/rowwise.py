@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,10 +12,11 @@ import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
+from lineage_data._core.guard import Guard, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.stages import Filter, MapBatches, MapRows
 from lineage_data._core.state import Verdict
-from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, merge_all
+from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, failed_rows, merge_all
 
 
 class RowStageOp:
@@ -27,7 +29,14 @@ class RowStageOp:
     cut into calls of that size in between.
     """
 
-    def __init__(self, stage: MapBatches | MapRows | Filter, index: int, coordinator: Any) -> None:
+    def __init__(
+        self,
+        stage: MapBatches | MapRows | Filter,
+        index: int,
+        coordinator: Any,
+        *,
+        watchdog: bool = False,
+    ) -> None:
         self._stage = stage
         self._index = index
         self._coordinator = coordinator
@@ -36,6 +45,14 @@ class RowStageOp:
         # terminal record; the stage's counts are derived from the terminal rows.
         self._fenced = stage.level > 0
         self._types = C.EstablishedTypes(coordinator, stage.name)
+        self._guard = Guard(
+            stage.name,
+            coordinator,
+            max_crash_retries=stage.max_crash_retries,
+            timeout_s=stage.timeout_s,
+            watchdog=watchdog,
+        )
+        self._isolate: Callable[[int], str] | None = None  # a block's unit keys, while isolated
         fn = stage.call.bind()
         # A block of several of the stage's batches (a CPU function's, see _core.blocks) is one
         # hand-off and one commit (a source block: one pass over its lineage columns); the function
@@ -48,6 +65,7 @@ class RowStageOp:
                 batch_format=stage.batch_format,
                 on_error=stage.on_error,
                 max_retries=stage.max_retries,
+                invoke=self._guard.call,
             )
         else:
             self._call = RowCaller(
@@ -55,6 +73,7 @@ class RowStageOp:
                 stage=stage.name,
                 on_error=stage.on_error,
                 predicate=isinstance(stage, Filter),
+                invoke=self._guard.call,
             )
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -105,13 +124,55 @@ class RowStageOp:
         return ~entity, entity & ~live, live
 
     def _run(self, live: pa.Table, counts: Counter[str]) -> list[pa.Table]:
-        if not self._fenced:
-            return self._run_unfenced(live)
+        """The live rows of one block, journaled as one block (see :mod:`guard`)."""
+        level = self._stage.level
+        if self._fenced:
+            # ids and paths as Python values, for the coordinator (one hand-off and one commit)
+            roots: list[str] = live[C.ROOT].to_pylist()
+            paths: list[tuple[int, ...]] = C.paths(live[C.PATH], level)
+            key_of: Callable[[int], str] = lambda i: unit_key(roots[i], paths[i])  # noqa: E731
+        else:
+            key_of = _lazy_keys(live, level)
+        n = live.num_rows
+        whole = self._guard.block(n, key_of(0), key_of(n - 1))
+        self._isolate = None if whole else key_of
+        try:
+            if not self._fenced:
+                return self._run_unfenced(live)
+            return self._run_fenced(live, counts, roots, paths)
+        finally:
+            self._isolate = None
+            self._guard.done_block()
+
+    def _invoke(self, table: pa.Table, rows: Sequence[int] | range) -> BatchResult:
+        """The stage's function over ``table`` (the rows ``rows`` of the block).
+
+        In an isolated block (one whose worker died on it before) each row runs alone, journaled:
+        a row that killed its worker too often, or hung, fails without running again.
+        """
+        key_of = self._isolate
+        if key_of is None:
+            return self._call(table)
+        results = []
+        for j, i in enumerate(rows):
+            key = key_of(i)
+            status = self._guard.unit(key)
+            if status is not None:
+                results.append(failed_rows(1, status))
+                continue
+            results.append(self._call(table.slice(j, 1)))
+            self._guard.done(key)
+        return merge_all(results, self._stage.name)
+
+    def _run_fenced(
+        self,
+        live: pa.Table,
+        counts: Counter[str],
+        roots: list[str],
+        paths: list[tuple[int, ...]],
+    ) -> list[pa.Table]:
         name = self._stage.name
         n = live.num_rows
-        # ids and paths as Python values, for the coordinator (one hand-off and one commit per block)
-        roots: list[str] = live[C.ROOT].to_pylist()
-        paths: list[tuple[int, ...]] = C.paths(live[C.PATH], self._stage.level)
         handoff = self._coordinator.handoff(self._index, roots, paths)
         barred = handoff.barred
         tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
@@ -121,7 +182,10 @@ class RowStageOp:
             result, run_idx, batches = self._call_batches(live, run_idx, roots, paths, tombs)
         else:
             user = live.select(C.user_columns(live.column_names))
-            result = self._call(user.take(run_idx) if barred else user) if run_idx else None
+            if run_idx:
+                result = self._invoke(user.take(run_idx) if barred else user, run_idx)
+            else:
+                result = None
         partial = len(run_idx) < n  # some rows were barred: the lists below are the rows run
         run = live.take(run_idx) if partial and run_idx else live
         if result is not None:
@@ -178,7 +242,10 @@ class RowStageOp:
         """
         user = live.select(C.user_columns(live.column_names))
         step = self._batch_rows or user.num_rows
-        calls = [self._call(user.slice(start, step)) for start in range(0, user.num_rows, step)]
+        calls = [
+            self._invoke(user.slice(start, step), range(start, min(start + step, user.num_rows)))
+            for start in range(0, user.num_rows, step)
+        ]
         result = self._conform(merge_all(calls, self._stage.name))
         statuses = result.statuses
         lineage = C.lineage_only(live)
@@ -242,7 +309,7 @@ class RowStageOp:
                     tombs.append((i, outcomes.barred(cause, self._stage.name)))
             if not chunk:
                 continue
-            result = self._call(user.take(chunk))
+            result = self._invoke(user.take(chunk), chunk)
             for j in np.flatnonzero(result.group).tolist() if any(result.group) else ():
                 if not result.statuses[j].present:
                     key = (roots[chunk[j]], paths[chunk[j]][:-1])
@@ -264,6 +331,23 @@ class RowStageOp:
             if statuses[i].present:
                 statuses[i] = outcomes.rejected(cause, self._stage.name)
         return BatchResult(table, statuses, result.group)
+
+
+def _lazy_keys(live: pa.Table, level: int) -> Callable[[int], str]:
+    """The unit key of row ``i`` of ``live``; the whole columns are read only past the ends."""
+    n = live.num_rows
+    cache: list[list[str]] = []
+
+    def key_of(i: int) -> str:
+        if i in (0, n - 1) and not cache:
+            row = live.slice(i, 1)
+            return unit_key(row[C.ROOT][0].as_py(), C.paths(row[C.PATH], level)[0])
+        if not cache:
+            roots, paths = live[C.ROOT].to_pylist(), C.paths(live[C.PATH], level)
+            cache.append([unit_key(r, p) for r, p in zip(roots, paths, strict=True)])
+        return cache[0][i]
+
+    return key_of
 
 
 def _joined(values: pa.Table, lineage: pa.Table) -> pa.Table:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict, get_args
 
 from lineage_data._core.errors import PlanError
+from lineage_data._core.guard import DEFAULT_MAX_CRASH_RETRIES
 
 
 class Kind(enum.StrEnum):
@@ -238,6 +239,8 @@ class Stage:
     call: UserFn
     compute: Compute = field(default_factory=Compute)
     on_error: OnError = "isolate"
+    max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -255,6 +258,7 @@ class Stage:
     def check(self) -> None:
         """Raise :class:`PlanError` for options that cannot work (run when the stage is built)."""
         _one_of(self.where, "on_error", self.on_error, ON_ERROR)
+        _check_faults(self)
         if self.call.fn is None:
             raise PlanError(f"{self.where}: fn is required")
         self.call.check(self.where)
@@ -262,10 +266,24 @@ class Stage:
 
     def describe(self) -> str:
         """The stage's options as one line of text (for ``explain()``)."""
-        return ", ".join([f"level {self.level} -> {self.level_out}", *self._options()])
+        faults = [f"timeout_s={self.timeout_s:g}"] if self.timeout_s is not None else []
+        if self.max_crash_retries != DEFAULT_MAX_CRASH_RETRIES:
+            faults.append(f"max_crash_retries={self.max_crash_retries}")
+        return ", ".join([f"level {self.level} -> {self.level_out}", *self._options(), *faults])
 
     def _options(self) -> list[str]:
         return self.compute.describe()
+
+
+def _check_faults(stage: Stage) -> None:
+    retries = stage.max_crash_retries
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise PlanError(f"{stage.where}: max_crash_retries must be an int >= 0, got {retries!r}")
+    timeout = stage.timeout_s
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise PlanError(f"{stage.where}: timeout_s must be a number > 0 or None, got {timeout!r}")
 
 
 def _check_batch_size(stage: Expand | MapBatches) -> None:
@@ -349,6 +367,7 @@ class Reduce(Stage):
 
     def check(self) -> None:  # noqa: D102 - see Stage.check
         _one_of(self.where, "on_error", self.on_error, ON_ERROR)
+        _check_faults(self)
         _one_of(self.where, "on_child_failure", self.on_child_failure, ON_CHILD_FAILURE)
         self.call.check(self.where)
         self.compute.check(self.where, self.call)

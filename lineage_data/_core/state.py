@@ -102,6 +102,7 @@ class LineageState:
         self._blocks: set[str] = set()
         self._counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._types: dict[str, dict[str, str]] = {}  # stage -> column -> first type seen
+        self._attempts: dict[tuple[str, str], list[int]] = {}  # (stage, key) -> begun, ended, hung
         self._reports = 0
 
     # -- source ---------------------------------------------------------------------------------
@@ -279,6 +280,33 @@ class LineageState:
             "in_flight_parents": len(self._parents),
             "epoch": self.epoch,
         }
+
+    # -- crash journal (see lineage_data._core.guard) --------------------------------------------
+    def attempt(self, stage: str, key: str, ended: Sequence[str] = ()) -> tuple[int, int]:
+        """A call on ``key`` begins in ``stage``; the calls on ``ended`` are through.
+
+        Returns ``(crashes, timeouts)`` of the earlier attempts on ``key``: attempts that began and
+        never ended (their process died), and those a watchdog reported as hung. A key is forgotten
+        once every attempt on it has ended.
+        """
+        self._reports += 1
+        journal = self._attempts
+        for name in ended:
+            entry = journal.get((stage, name))
+            if entry is not None:
+                entry[1] += 1
+                if entry[1] >= entry[0]:
+                    del journal[(stage, name)]
+        entry = journal.setdefault((stage, key), [0, 0, 0])
+        crashes = entry[0] - entry[1]
+        entry[0] += 1
+        return crashes, entry[2]
+
+    def hung(self, stage: str, key: str) -> None:
+        """The attempt on ``key`` now running got no result in its stage's ``timeout_s``."""
+        self._reports += 1
+        entry = self._attempts.setdefault((stage, key), [1, 0, 0])
+        entry[2] += 1
 
     # -- column types -----------------------------------------------------------------------------
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:

@@ -138,11 +138,12 @@ class BatchCaller:
         batch_format: str | None = "default",
         on_error: str = "isolate",
         max_retries: int = 1,
+        invoke: Callable[..., Any] | None = None,
     ) -> None:
         self._fn = fn
         self._stage = stage
         self._format = batch_format
-        self._policy = CallPolicy(stage, on_error, max_retries)
+        self._policy = CallPolicy(stage, on_error, max_retries, invoke)
 
     def __call__(self, table: pa.Table) -> BatchResult:
         """Run the function over ``table`` (user columns only)."""
@@ -222,10 +223,11 @@ class RowCaller:
         stage: str,
         on_error: str = "isolate",
         predicate: bool = False,
+        invoke: Callable[..., Any] | None = None,
     ) -> None:
         self._fn = fn
         self._stage = stage
-        self._policy = CallPolicy(stage, on_error)
+        self._policy = CallPolicy(stage, on_error, invoke=invoke)
         self._predicate = predicate
 
     def __call__(self, table: pa.Table) -> BatchResult:

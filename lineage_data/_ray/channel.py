@@ -65,6 +65,8 @@ METHODS: tuple[str, ...] = (
     "establish_types",
     "established",
     "snapshot",
+    "attempt",
+    "hung",
 )
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 

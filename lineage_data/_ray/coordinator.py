@@ -194,3 +194,10 @@ class CoordinatorClient:
 
     def snapshot(self) -> dict:  # noqa: D102
         return self._call("snapshot")
+
+    def attempt(self, stage: str, key: str, ended: Sequence[str] = ()) -> tuple[int, int]:  # noqa: D102
+        crashes, timeouts = self._call("attempt", stage, key, list(ended))
+        return crashes, timeouts
+
+    def hung(self, stage: str, key: str) -> None:  # noqa: D102
+        self._call("hung", stage, key)

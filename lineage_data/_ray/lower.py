@@ -70,6 +70,7 @@ class _Step:
             self.client.for_stage(stage.name),
             rows_per_block=self.rows_per_block,
             holders=self.holders,
+            watchdog=True,
         )
         if not self.terminal:
             return op

@@ -1,0 +1,188 @@
+"""Inputs that crash or hang the process running a stage: fail that input, not the job.
+
+A Python exception is caught where it is raised (:mod:`policy`). A worker process that dies (a
+segfault or an abort in native code, ``os._exit``, an out-of-memory kill) raises nothing: Ray
+retries its task or actor call, with no end, on the same input. So every block a stage's operator
+runs is journaled in the coordinator first (:meth:`LineageState.attempt`, one call per block, the
+previous block's end sent with it): an attempt that began and never ended is a crash. A block that
+crashed more than ``max_crash_retries`` times is isolated: its units (rows, parents, groups) run one
+at a time, each journaled, and a unit that crashed more than that alone ends FAILED with
+``WorkerCrashedError``, without being run again; every other unit keeps its normal value.
+
+A call that hangs (``timeout_s``): a watchdog thread records the timeout in the journal and ends
+the process, so Ray replaces it and retries; a block that timed out is isolated at once, and a unit
+that timed out ends FAILED with ``TimeoutError``. A hang inside native code that holds Python's lock
+cannot be seen by a Python thread, so :mod:`faulthandler`'s C-level watchdog ends the process a few
+seconds later as a backstop; that attempt is journaled as a crash.
+
+Ray-free, like all of ``_core``: the journal is whatever coordinator the operator talks to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from lineage_data._core import outcomes
+from lineage_data._core.errors import WorkerCrashedError
+from lineage_data._core.outcomes import Status
+
+R = TypeVar("R")
+
+DEFAULT_MAX_CRASH_RETRIES = 2
+TIMEOUT_EXIT_CODE = 124  # the exit status of a process ended by the watchdog (as timeout(1))
+_BACKSTOP_S = (
+    10.0  # faulthandler ends a process this long after a deadline its Python thread missed
+)
+
+
+def unit_key(root: str, path: Sequence[int] | None) -> str:
+    """The journal's name for one unit (a row, a parent, a group): its root and path."""
+    return root + "\x1f" + ",".join(map(str, path or ()))
+
+
+def block_key(n: int, first: str, last: str) -> str:
+    """The journal's name for a block of ``n`` units: its size, first and last unit.
+
+    The same on every retry of the block (Ray retries a task or actor call on the same input); two
+    different blocks of one stage do not share their first and last unit and their size.
+    """
+    return f"#{n}\x1d{first}\x1d{last}"
+
+
+class Guard:
+    """The crash journal and the watchdog of one stage's operator, in one worker process.
+
+    Usage per block: ``whole = guard.block(n, first_key, last_key)``; if ``whole``, run the block's units as usual
+    (``guard.call`` around each user call); otherwise for each unit ``status = guard.unit(key)``:
+    a status is the unit's FAILED status (do not run it), None means run it with ``guard.call``,
+    then ``guard.done(key)``. ``guard.done_block()`` when the block is through.
+    """
+
+    def __init__(
+        self,
+        stage: str,
+        journal: Any,
+        *,
+        max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
+        timeout_s: float | None = None,
+        watchdog: bool = False,
+    ) -> None:
+        self._stage = stage
+        self._journal = journal
+        self._max = max_crash_retries
+        self._timeout = timeout_s if watchdog else None
+        self._limit = timeout_s
+        self._ended: list[str] = []  # finished keys, reported with the next attempt
+        self._block: str | None = None
+        self._current: str | None = None  # the key a user call runs under (for the watchdog)
+
+    def _attempt(self, key: str) -> tuple[int, int]:
+        ended, self._ended = self._ended, []
+        crashes, timeouts = self._journal.attempt(self._stage, key, ended)
+        return int(crashes), int(timeouts)
+
+    def block(self, n: int, first: str, last: str) -> bool:
+        """Begin a block of ``n`` units: True to run it whole, False to isolate its units."""
+        key = block_key(n, first, last)
+        crashes, timeouts = self._attempt(key)
+        self._block = self._current = key
+        return crashes <= self._max and not timeouts
+
+    def unit(self, key: str) -> Status | None:
+        """Begin one unit of an isolated block: its FAILED status, or None to run it."""
+        crashes, timeouts = self._attempt(key)
+        self._current = key
+        if timeouts:
+            self._ended.append(key)
+            cause = f"stage {self._stage!r}: no result in {self._limit:g} s"
+            return outcomes.from_exception(TimeoutError(cause), self._stage)
+        if crashes > self._max:
+            self._ended.append(key)
+            times = "once" if crashes == 1 else f"{crashes} times"
+            cause = (
+                f"stage {self._stage!r}: the worker died {times} on this input (a native crash or "
+                "abort, os._exit, or an out-of-memory kill)"
+            )
+            return outcomes.from_exception(WorkerCrashedError(cause), self._stage)
+        return None
+
+    def done(self, key: str) -> None:
+        """A unit of an isolated block is through."""
+        self._ended.append(key)
+        self._current = self._block
+
+    def done_block(self) -> None:
+        """The block is through (its end goes with the next attempt of this process)."""
+        if self._block is not None:
+            self._ended.append(self._block)
+        self._block = self._current = None
+
+    def call(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` under the stage's timeout (none in-process or without ``timeout_s``)."""
+        if self._timeout is None:
+            return fn(*args)
+        with self.timed():
+            return fn(*args)
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """The stage's timeout over the body (a parent's whole expansion, say)."""
+        if self._timeout is None:
+            yield
+            return
+        key = self._current or ""
+        _WATCHDOG.arm(self._timeout, lambda: self._journal.hung(self._stage, key))
+        try:
+            yield
+        finally:
+            _WATCHDOG.disarm()
+
+
+class _Watchdog:
+    """One thread per process: ends the process when an armed deadline passes."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._on_expire: Callable[[], Any] | None = None
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, on_expire: Callable[[], Any]) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="lineage-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._deadline = time.monotonic() + seconds
+            self._on_expire = on_expire
+            self._cond.notify()
+        faulthandler.dump_traceback_later(seconds + _BACKSTOP_S, exit=True)
+
+    def disarm(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        with self._cond:
+            self._deadline = None
+            self._on_expire = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._deadline is None or time.monotonic() < self._deadline:
+                    wait = None if self._deadline is None else self._deadline - time.monotonic()
+                    self._cond.wait(wait)
+                on_expire = self._on_expire
+            try:
+                if on_expire is not None:
+                    on_expire()  # journal the timeout, so the retry fails the unit
+            finally:
+                os._exit(TIMEOUT_EXIT_CODE)
+
+
+_WATCHDOG = _Watchdog()

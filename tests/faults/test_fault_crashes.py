@@ -1,0 +1,181 @@
+"""Inputs that crash or hang the process under a stage: that input fails, the run completes.
+
+The user functions kill their own worker process (SIGSEGV, ``os.abort()``, ``os._exit``) or sleep
+forever whenever they see one particular input, on every attempt, as a crashing native decoder
+does. Every other root must come out PRESENT with its normal value; the crashing root FAILED (or
+its parent SUPPRESSED) with a typed cause; the run must end. Functions are closures (pickled by
+value). Most cases set ``max_crash_retries=0`` to keep each case to two or three crashes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+from reference import by_root, status
+
+import lineage_data as ld
+
+BAD = "d03"
+
+
+@pytest.fixture(autouse=True)
+def _by_value(ray_session):
+    # the workers cannot import this folder: ship this module's functions by value
+    ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+N_DOCS, N_PAGES = 8, 3
+
+
+def _docs():
+    return ld.from_items(
+        [{"doc": f"d{i:02d}", "n": N_PAGES} for i in range(N_DOCS)], id_column="doc"
+    )
+
+
+def _pages(row):
+    for i in range(row["n"]):
+        yield {"doc": row["doc"], "page": i}
+
+
+def _die(how: str) -> None:
+    if how == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif how == "abort":
+        os.abort()
+    elif how == "exit":
+        os._exit(3)
+    elif how == "hang":
+        time.sleep(3600)
+    time.sleep(30)  # a signal is delivered before this returns
+
+
+def _pages_value(doc: str) -> list[int]:
+    return [10 * p for p in range(N_PAGES)]
+
+
+def _check(out: dict, bad_status: tuple) -> None:
+    assert len(out) == N_DOCS
+    outcome, cause, stage = status(out[BAD])
+    assert (outcome, stage) == bad_status[::2], status(out[BAD])
+    assert bad_status[1] in (cause or ""), cause
+    for root, row in out.items():
+        if root != BAD:
+            assert row["_lineage_outcome"] == "PRESENT", (root, status(row))
+            assert list(row["value"]) == _pages_value(root)
+
+
+def _mapper(how: str, bad=BAD):
+    def score(batch):
+        if any(d == bad and p == 1 for d, p in zip(batch["doc"], batch["page"], strict=True)):
+            _die(how)
+        return {"value": batch["page"] * 10}
+
+    return score
+
+
+def _reduce(parent, children):
+    return {"value": [c["value"] for c in children]}
+
+
+@pytest.mark.parametrize("how", ["segv", "exit"])
+def test_a_crash_in_map_batches_tasks_fails_that_row_only(how):
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(_mapper(how), name="score", batch_size=4, max_crash_retries=0)
+        .reduce_lineage(_reduce, name="docs")
+    )
+    out = by_root(ds.take_all(), ds.report())
+    _check(out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died once", "score"))
+
+
+def test_an_abort_in_an_actor_pool_is_retried_then_isolated():
+    class Score:
+        def __init__(self):
+            self.fn = _mapper("abort")
+
+        def __call__(self, batch):
+            return self.fn(batch)
+
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(Score, name="score", batch_size=4, num_cpus=0.25, concurrency=2)
+        .reduce_lineage(_reduce, name="docs")
+    )  # default max_crash_retries=2: the block three times, then the row three times
+    out = by_root(ds.take_all(), ds.report())
+    _check(
+        out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died 3 times", "score")
+    )
+
+
+def test_a_crash_in_the_expansion_fails_that_parent():
+    def pages(row):
+        if row["doc"] == BAD:
+            _die("segv")
+        yield from _pages(row)
+
+    ds = (
+        _docs()
+        .expand_lineage(pages, name="pages", max_crash_retries=0)
+        .map_batches(_mapper("none", bad=None), name="score", batch_size=4)
+        .reduce_lineage(_reduce, name="docs")
+    )
+    out = by_root(ds.take_all(), ds.report())
+    _check(out, ("FAILED", "WorkerCrashedError: stage 'pages'", "pages"))
+
+
+def test_a_crash_in_the_reduce_fails_that_parent():
+    def reduce(parent, children):
+        if parent["doc"] == BAD:
+            _die("exit")
+        return _reduce(parent, children)
+
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(_mapper("none", bad=None), name="score", batch_size=4)
+        .reduce_lineage(reduce, name="docs", max_crash_retries=0)
+    )
+    out = by_root(ds.take_all(), ds.report())
+    _check(out, ("FAILED", "WorkerCrashedError: stage 'docs'", "docs"))
+
+
+def test_a_hang_fails_that_row_with_a_timeout():
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(_mapper("hang"), name="score", batch_size=4, timeout_s=3)
+        .reduce_lineage(_reduce, name="docs")
+    )
+    out = by_root(ds.take_all(), ds.report())
+    _check(out, ("SUPPRESSED", "TimeoutError: stage 'score': no result in 3 s", "score"))
+
+
+def test_a_worker_lost_once_costs_a_retry_not_a_row(tmp_path):
+    """The chaos case: the process dies once on a row, not because of it: nothing FAILED."""
+    marker = str(tmp_path / "died-once")
+
+    def score(batch):
+        if BAD in list(batch["doc"]) and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"value": batch["page"] * 10}
+
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(score, name="score", batch_size=4, max_crash_retries=1)
+        .reduce_lineage(_reduce, name="docs")
+    )
+    out = by_root(ds.take_all(), ds.report())
+    assert os.path.exists(marker)
+    assert {r: row["_lineage_outcome"] for r, row in out.items()} == {
+        f"d{i:02d}": "PRESENT" for i in range(N_DOCS)
+    }
+    assert all(list(row["value"]) == _pages_value(r) for r, row in out.items())
