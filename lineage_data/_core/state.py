@@ -282,12 +282,12 @@ class LineageState:
         }
 
     # -- crash journal (see lineage_data._core.guard) --------------------------------------------
-    def attempt(self, stage: str, key: str, ended: Sequence[str] = ()) -> tuple[int, int]:
+    def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
         """A call on ``key`` begins in ``stage``; the calls on ``ended`` are through.
 
         Returns ``(crashes, timeouts)`` of the earlier attempts on ``key``: attempts that began and
         never ended (their process died), and those a watchdog reported as hung. A key is forgotten
-        once every attempt on it has ended.
+        once every attempt on it has ended. ``key=None`` only ends ``ended``.
         """
         self._reports += 1
         journal = self._attempts
@@ -297,6 +297,8 @@ class LineageState:
                 entry[1] += 1
                 if entry[1] >= entry[0]:
                     del journal[(stage, name)]
+        if key is None:
+            return 0, 0
         entry = journal.setdefault((stage, key), [0, 0, 0])
         crashes = entry[0] - entry[1]
         entry[0] += 1

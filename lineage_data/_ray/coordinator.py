@@ -195,7 +195,9 @@ class CoordinatorClient:
     def snapshot(self) -> dict:  # noqa: D102
         return self._call("snapshot")
 
-    def attempt(self, stage: str, key: str, ended: Sequence[str] = ()) -> tuple[int, int]:  # noqa: D102
+    def attempt(  # noqa: D102
+        self, stage: str, key: str | None, ended: Sequence[str] = ()
+    ) -> tuple[int, int]:
         crashes, timeouts = self._call("attempt", stage, key, list(ended))
         return crashes, timeouts
 

@@ -17,6 +17,7 @@ from ray.data._internal.util import get_compute_strategy
 from lineage_data._core import columns as C
 from lineage_data._core.blocks import batches_per_block, cuts_source_blocks
 from lineage_data._core.blocks import rows_per_block as block_rows
+from lineage_data._core.errors import WorkerCrashedError
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import (
@@ -64,14 +65,30 @@ class _Step:
 
     def build(self) -> Callable[[pa.Table], Any]:
         stage = self.plan.stages[self.index]
+        client = self.client.for_stage(stage.name)
+        # A callable class is built here, in its actor: a constructor that kills its process every
+        # time would be restarted by Ray without end. Each attempt is journaled under the actor's id
+        # (the same across its restarts); past max_crash_retries the stage fails, typed.
+        actor = ray.get_runtime_context().get_actor_id() if stage.call.is_class else None
+        key = f"constructor of actor {actor}"
+        if actor is not None:
+            crashes, _ = client.attempt(stage.name, key, ())
+            if crashes > stage.max_crash_retries:
+                times = "once" if crashes == 1 else f"{crashes} times"
+                raise WorkerCrashedError(
+                    f"stage {stage.name!r}: the actor died {times} while its callable class "
+                    f"{stage.call.fn.__name__!r} was being built (a crash in its constructor)"
+                )
         op = build_op(
             self.plan,
             self.index,
-            self.client.for_stage(stage.name),
+            client,
             rows_per_block=self.rows_per_block,
             holders=self.holders,
             watchdog=True,
         )
+        if actor is not None:
+            client.attempt(stage.name, None, (key,))
         if not self.terminal:
             return op
         end = TerminalOp(self.plan.level)

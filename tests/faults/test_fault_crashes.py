@@ -179,3 +179,26 @@ def test_a_worker_lost_once_costs_a_retry_not_a_row(tmp_path):
         f"d{i:02d}": "PRESENT" for i in range(N_DOCS)
     }
     assert all(list(row["value"]) == _pages_value(r) for r, row in out.items())
+
+
+def test_a_constructor_that_crashes_every_time_is_a_typed_stage_error():
+    class Model:
+        def __init__(self):
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(30)
+
+        def __call__(self, batch):
+            return batch
+
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(
+            Model, name="model", batch_size=4, num_cpus=0.25, concurrency=1, max_crash_retries=0
+        )
+        .reduce_lineage(_reduce, name="docs")
+    )
+    with pytest.raises(
+        ld.LineageError, match="stage 'model': the actor died once while its callable class 'Model'"
+    ):
+        ds.take_all()
