@@ -28,6 +28,8 @@ def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if name == "longtail":
         return longtail.run(args.scale, out, seed=args.seed, daft=not args.no_daft)
     if name == "poison":
+        if args.crash:
+            return poison.run_crash(args.scale, out, seed=args.seed)
         return poison.run(args.scale, out, seed=args.seed)
     if name == "overhead":
         return overhead.run(args.scale, out, seed=args.seed)
@@ -55,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", default=None, help="ocr, realpdf: a directory of PDFs")
     parser.add_argument(
         "--keep-images", action="store_true", help="realpdf: page images kept in document rows"
+    )
+    parser.add_argument(
+        "--crash", action="store_true", help="poison: crashing parents kill the GPU actor instead"
     )
     args = parser.parse_args(argv)
 

@@ -59,6 +59,7 @@ class Job:
         work_dir: scratch space (shards are written under it).
         poison: parents whose ordinal 0 fails (empty: a clean run).
         partitions: Ray Data's groupby partitions (None: Ray's default).
+        failure: how lineage_data's poisoned rows fail: a GroupFailure, or a crash of the process.
     """
 
     corpus: list[dict[str, Any]]
@@ -67,6 +68,7 @@ class Job:
     work_dir: Path
     poison: list[str] = field(default_factory=list)
     partitions: int | None = None
+    failure: str = "group"  # how lineage_data's poisoned rows fail (see SimGPU): "group" or "crash"
 
 
 @dataclass
@@ -133,7 +135,7 @@ def lineage_pipeline(job: Job, system: str) -> Any:
             concurrency=cost.gpus,
             num_gpus=1,
             num_cpus=0.25,
-            fn_constructor_kwargs=_gpu_kwargs(job, system, "group"),
+            fn_constructor_kwargs=_gpu_kwargs(job, system, job.failure),
         )
         .reduce_lineage(assemble_lineage, name="assemble", fn_kwargs={"cost": cost.as_dict()})
     )

@@ -184,7 +184,8 @@ class SimGPU:
         system: the system's name (tags the timeline).
         poison: parents whose ordinal 0 fails; rows of these parents that the function sees are logged.
         failure: how a poisoned row reports: ``"group"`` returns ``ld.GroupFailure("poison")`` in the text
-            column (lineage_data); ``"flag"`` sets a ``poisoned`` column (plain Ray Data filters later).
+            column (lineage_data); ``"flag"`` sets a ``poisoned`` column (plain Ray Data filters later);
+            ``"crash"`` kills the process with SIGSEGV (``poison --crash``).
     """
 
     def __init__(
@@ -216,6 +217,14 @@ class SimGPU:
                     self._timeline.seen(d, o)
                     if o == 0:
                         flags[i] = True
+            if self._failure == "crash" and any(flags):
+                # a crashing native decoder: the process dies, every time it sees this row
+                import signal
+
+                os.kill(os.getpid(), signal.SIGSEGV)
+                time.sleep(
+                    60
+                )  # a native crash never returns; the signal may land on another thread
             if self._failure == "group":
                 import lineage_data as ld
 

@@ -75,12 +75,20 @@ class Guard:
     ) -> None:
         self._stage = stage
         self._journal = journal
+        # A flat plan (source-level 1:1 stages only) runs without a coordinator: nothing to journal
+        # in, so no isolation there (and no timeout, whose retry could then never end).
+        self._active = hasattr(journal, "attempt")
         self._max = max_crash_retries
-        self._timeout = timeout_s if watchdog else None
+        self._timeout = timeout_s if watchdog and self._active else None
         self._limit = timeout_s
         self._ended: list[str] = []  # finished keys, reported with the next attempt
         self._block: str | None = None
         self._current: str | None = None  # the key a user call runs under (for the watchdog)
+
+    @property
+    def active(self) -> bool:
+        """Whether blocks are journaled (False in a flat plan, which has no coordinator)."""
+        return self._active
 
     def _attempt(self, key: str) -> tuple[int, int]:
         ended, self._ended = self._ended, []
@@ -89,6 +97,8 @@ class Guard:
 
     def block(self, n: int, first: str, last: str) -> bool:
         """Begin a block of ``n`` units: True to run it whole, False to isolate its units."""
+        if not self._active:
+            return True
         key = block_key(n, first, last)
         crashes, timeouts = self._attempt(key)
         self._block = self._current = key

@@ -134,7 +134,7 @@ class RowStageOp:
         else:
             key_of = _lazy_keys(live, level)
         n = live.num_rows
-        whole = self._guard.block(n, key_of(0), key_of(n - 1))
+        whole = not self._guard.active or self._guard.block(n, key_of(0), key_of(n - 1))
         self._isolate = None if whole else key_of
         try:
             if not self._fenced:
