@@ -1,0 +1,85 @@
+"""The crash journal and the guard, in-process (the Ray cases are in tests/faults/test_fault_crashes.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+import lineage_data as ld
+from lineage_data._core.guard import Guard, block_key, unit_key
+from lineage_data._core.state import LineageState
+
+
+def test_an_attempt_that_never_ends_is_a_crash_and_ended_ones_are_forgotten():
+    state = LineageState()
+    assert state.attempt("s", "k") == (0, 0)
+    assert state.attempt("s", "k") == (1, 0)  # the first never ended: its process died
+    assert state.attempt("s", "other", ["k"]) == (0, 0)
+    assert state.attempt("s", "k") == (1, 0)  # one of the two earlier attempts ended
+    state.attempt("s", None, ["k", "k", "other"])
+    assert state._attempts == {}  # every attempt ended: nothing kept
+    assert state.attempt("t", "k") == (0, 0)  # keys are per stage
+
+
+def test_a_hung_attempt_is_counted_apart():
+    state = LineageState()
+    state.attempt("s", "k")
+    state.hung("s", "k")
+    assert state.attempt("s", "k") == (1, 1)
+
+
+def test_a_block_is_isolated_after_max_crash_retries_and_its_crashing_unit_fails():
+    state = LineageState()
+    guard = Guard("ocr", state, max_crash_retries=1)
+    first, last = unit_key("doc", (0,)), unit_key("doc", (3,))
+    assert guard.block(4, first, last)  # attempt 1 (its process dies)
+    guard = Guard("ocr", state, max_crash_retries=1)  # the retry, in a new process
+    assert guard.block(4, first, last)  # one crash: still whole
+    guard = Guard("ocr", state, max_crash_retries=1)
+    assert not guard.block(4, first, last)  # two crashes: isolate
+    assert guard.unit(first) is None
+    guard.done(first)
+    bad = unit_key("doc", (1,))
+    assert guard.unit(bad) is None  # the row that kills the process, first time alone
+    for _ in range(2):
+        guard = Guard("ocr", state, max_crash_retries=1)
+        assert not guard.block(4, first, last)
+        assert guard.unit(first) is None
+        guard.done(first)
+        status = guard.unit(bad)
+    assert status is not None and status.outcome.value == "FAILED"
+    assert status.cause.startswith("WorkerCrashedError: stage 'ocr': the worker died 2 times")
+    assert guard.unit(unit_key("doc", (2,))) is None  # its siblings still run
+
+
+def test_a_unit_that_hung_fails_with_a_timeout():
+    state = LineageState()
+    guard = Guard("pages", state, timeout_s=60)
+    key = unit_key("a.pdf", ())
+    state.attempt("pages", key)
+    state.hung("pages", key)
+    status = guard.unit(key)
+    assert status is not None
+    assert status.cause == "TimeoutError: stage 'pages': no result in 60 s"
+
+
+def test_without_a_journal_the_guard_does_nothing():
+    class TypesOnly:
+        def establish_types(self, stage, types):
+            return types
+
+    guard = Guard("s", TypesOnly(), timeout_s=1, watchdog=True)
+    assert not guard.active and guard.block(3, "a", "b")
+    assert guard.call(lambda x: x + 1, 1) == 2  # no watchdog armed: nothing could journal it
+
+
+def test_block_keys_name_size_and_ends():
+    assert block_key(2, "a", "b") != block_key(3, "a", "b") != block_key(2, "a", "c")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_crash_retries": -1}, {"max_crash_retries": 1.5}, {"timeout_s": 0}, {"timeout_s": "9"}],
+)
+def test_bad_fault_options_are_plan_errors(options):
+    with pytest.raises(ld.PlanError):
+        ld.from_items([{"a": 1}]).map(lambda r: r, **options)
