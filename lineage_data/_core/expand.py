@@ -47,13 +47,7 @@ class ExpandOp:
         watchdog: bool = False,
     ) -> None:
         self._stage = stage
-        self._guard = Guard(
-            stage.name,
-            coordinator,
-            max_crash_retries=stage.max_crash_retries,
-            timeout_s=stage.timeout_s,
-            watchdog=watchdog,
-        )
+        self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._index = index
         self._coordinator = coordinator
         self._rows_per_block = rows_per_block

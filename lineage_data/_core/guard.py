@@ -85,6 +85,17 @@ class Guard:
         self._block: str | None = None
         self._current: str | None = None  # the key a user call runs under (for the watchdog)
 
+    @classmethod
+    def of(cls, stage: Any, journal: Any, *, watchdog: bool) -> Guard:
+        """The guard of ``stage`` (any :class:`~lineage_data._core.stages.Stage`), with its options."""
+        return cls(
+            stage.name,
+            journal,
+            max_crash_retries=stage.max_crash_retries,
+            timeout_s=stage.timeout_s,
+            watchdog=watchdog,
+        )
+
     @property
     def active(self) -> bool:
         """Whether blocks are journaled (False in a flat plan, which has no coordinator)."""

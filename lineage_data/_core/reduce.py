@@ -164,13 +164,7 @@ class ReduceOp:
         watchdog: bool = False,
     ) -> None:
         self._stage = stage
-        self._guard = Guard(
-            stage.name,
-            coordinator,
-            max_crash_retries=stage.max_crash_retries,
-            timeout_s=stage.timeout_s,
-            watchdog=watchdog,
-        )
+        self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._isolate = False  # a block whose worker died on it before: each group journaled
         self._coordinator = coordinator
         self._holders = holders

@@ -45,13 +45,7 @@ class RowStageOp:
         # terminal record; the stage's counts are derived from the terminal rows.
         self._fenced = stage.level > 0
         self._types = C.EstablishedTypes(coordinator, stage.name)
-        self._guard = Guard(
-            stage.name,
-            coordinator,
-            max_crash_retries=stage.max_crash_retries,
-            timeout_s=stage.timeout_s,
-            watchdog=watchdog,
-        )
+        self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._isolate: Callable[[int], str] | None = None  # a block's unit keys, while isolated
         fn = stage.call.bind()
         # A block of several of the stage's batches (a CPU function's, see _core.blocks) is one
