@@ -69,7 +69,8 @@ class _Step:
         # A callable class is built here, in its actor: a constructor that kills its process every
         # time would be restarted by Ray without end. Each attempt is journaled under the actor's id
         # (the same across its restarts); past max_crash_retries the stage fails, typed.
-        actor = ray.get_runtime_context().get_actor_id() if stage.call.is_class else None
+        journaled = stage.call.is_class and hasattr(client, "attempt")  # (a flat plan: no journal)
+        actor = ray.get_runtime_context().get_actor_id() if journaled else None
         key = f"constructor of actor {actor}"
         if actor is not None:
             crashes, _ = client.attempt(stage.name, key, ())
