@@ -15,7 +15,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=30
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
