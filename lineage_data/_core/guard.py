@@ -75,8 +75,8 @@ class Guard:
     ) -> None:
         self._stage = stage
         self._journal = journal
-        # A flat plan (source-level 1:1 stages only) runs without a coordinator: nothing to journal
-        # in, so no isolation there (and no timeout, whose retry could then never end).
+        # Without a journal (a client that keeps none) nothing is isolated, and no timeout is
+        # enforced: its retry could then never end. A flat plan journals on each node (TypeStore).
         self._active = hasattr(journal, "attempt")
         self._max = max_crash_retries
         self._timeout = timeout_s if watchdog and self._active else None
@@ -98,7 +98,7 @@ class Guard:
 
     @property
     def active(self) -> bool:
-        """Whether blocks are journaled (False in a flat plan, which has no coordinator)."""
+        """Whether blocks are journaled (False for a client that keeps no journal)."""
         return self._active
 
     def _attempt(self, key: str) -> tuple[int, int]:

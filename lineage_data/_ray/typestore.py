@@ -10,6 +10,14 @@ An operator asks only for columns it has not seen yet, so a run makes a few such
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Sequence
+
 import ray
 from ray.experimental import internal_kv
 
@@ -18,9 +26,11 @@ _SEP = "\x1f"
 
 
 class TypeStore:
-    """The client a flat plan's operators get instead of a coordinator's: ``establish_types`` only.
+    """The client a flat plan's operators get instead of a coordinator's.
 
-    Picklable (two strings). ``drop()`` removes the run's keys; the driver calls it when the pass ends.
+    ``establish_types``, and the crash journal of :mod:`lineage_data._core.guard` (``attempt``,
+    ``hung``) kept in files on each node (see :class:`_NodeJournal`). Picklable (two strings).
+    ``drop()`` removes the run's keys and this node's journal; the driver calls it when the pass ends.
     """
 
     def __init__(self, run_id: str) -> None:
@@ -50,8 +60,17 @@ class TypeStore:
             out[column] = first.decode() if first is not None else token
         return out
 
+    def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
+        """:meth:`LineageState.attempt <lineage_data._core.state.LineageState.attempt>`, per node."""
+        return _journal(self._run_id).attempt(stage, key, ended)
+
+    def hung(self, stage: str, key: str) -> None:
+        """:meth:`LineageState.hung <lineage_data._core.state.LineageState.hung>`, per node."""
+        _journal(self._run_id).hung(stage, key)
+
     def drop(self) -> None:
-        """Forget the run's types (its pass is over)."""
+        """Forget the run's types and this node's journal (its pass is over)."""
+        shutil.rmtree(_journal_dir(self._run_id), ignore_errors=True)
         if ray.is_initialized() and internal_kv._internal_kv_initialized():  # (not after shutdown)
             internal_kv._internal_kv_del(
                 self._run_id + _SEP, del_by_prefix=True, namespace=_NAMESPACE
@@ -62,3 +81,71 @@ def _read_all(keys: list[bytes]) -> dict[bytes, bytes]:
     """The values of those ``keys`` that have one, in one call to the GCS."""
     client = internal_kv.internal_kv_get_gcs_client()
     return dict(client.internal_kv_multi_get(keys, _NAMESPACE.encode()))
+
+
+# -- the crash journal of a flat plan ------------------------------------------------------------
+
+
+def _journal_dir(run_id: str) -> str:
+    return os.path.join(tempfile.gettempdir(), "lineage-data-journal", run_id)
+
+
+class _NodeJournal:
+    """Attempts as files on this node: one directory per (stage, key), one file per attempt.
+
+    A flat plan has no coordinator to journal in, and a GCS call per block would cost a flat plan
+    more than its work (~1 ms a block here); a few file operations cost ~0.05 ms. An attempt's file
+    goes when it ends, so one left behind is an attempt whose process died. Ray retries a task on
+    any node: a retry on another node starts counting there, so a crashing input costs at most
+    ``max_crash_retries + 1`` crashes per node before it is isolated (bounded, not global).
+    """
+
+    def __init__(self, root: str) -> None:
+        self._root = root
+        self._mine: dict[tuple[str, str], list[str]] = {}  # this process's open attempt files
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+
+    def _dir(self, stage: str, key: str) -> str:
+        name = hashlib.blake2b(f"{stage}\x1f{key}".encode(), digest_size=16).hexdigest()
+        return os.path.join(self._root, name)
+
+    def attempt(self, stage: str, key: str | None, ended: Sequence[str]) -> tuple[int, int]:
+        with self._lock:
+            for name in ended:
+                for path in self._mine.pop((stage, name), []):
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+            if key is None:
+                return 0, 0
+            directory = self._dir(stage, key)
+            os.makedirs(directory, exist_ok=True)
+            entries = os.listdir(directory)
+            crashes = sum(e.startswith("a-") for e in entries)
+            timeouts = sum(e.startswith("t-") for e in entries)
+            # pid, sequence and a random part: a dead process's file may carry a reused pid
+            path = os.path.join(
+                directory, f"a-{os.getpid()}-{next(self._seq)}-{os.urandom(4).hex()}"
+            )
+            with open(path, "x"):
+                pass
+            self._mine.setdefault((stage, key), []).append(path)
+            return crashes, timeouts
+
+    def hung(self, stage: str, key: str) -> None:
+        directory = self._dir(stage, key)
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"t-{os.getpid()}-{os.urandom(8).hex()}"), "w"):
+            pass
+
+
+_journals: dict[str, _NodeJournal] = {}
+
+
+def _journal(run_id: str) -> _NodeJournal:
+    journal = _journals.get(run_id)
+    if journal is None:
+        journal = _journals.setdefault(run_id, _NodeJournal(_journal_dir(run_id)))
+    return journal
