@@ -43,7 +43,20 @@ from lineage_data._core.failures import RecordFailure
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ExtractText", "PdfPages", "normalize_text", "render_pages", "render_scale"]
+__all__ = [
+    "PAGE_TIMEOUT_S",
+    "ExtractText",
+    "PdfPages",
+    "normalize_text",
+    "render_pages",
+    "render_scale",
+]
+
+#: The ``timeout_s`` to give the expansion that renders pages (``expand_lineage(render_pages,
+#: timeout_s=PAGE_TIMEOUT_S)``, as the example pipelines do): no next page of a document in this
+#: long is a hang in pdfium, and that document fails with ``TimeoutError`` instead of stalling the
+#: job. A 150-dpi page renders in well under a second here; the margin is for huge or odd pages.
+PAGE_TIMEOUT_S = 120.0
 
 _MiB = 1 << 20
 _IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG"}

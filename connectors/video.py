@@ -48,7 +48,19 @@ from connectors.errors import (
     sniff_format,
 )
 
-__all__ = ["clip_audio", "clip_bounds", "mp4_truncation", "sample_frames", "split_clips"]
+__all__ = [
+    "CLIP_TIMEOUT_S",
+    "clip_audio",
+    "clip_bounds",
+    "mp4_truncation",
+    "sample_frames",
+    "split_clips",
+]
+
+#: The ``timeout_s`` to give the expansions that demux clips and decode frames (as the example
+#: pipeline does): no next clip or frame in this long is a hang in libav, and that video (or clip)
+#: fails with ``TimeoutError`` instead of stalling the job.
+CLIP_TIMEOUT_S = 300.0
 
 _GiB = 1 << 30
 _INSTALL_HINT = "pip install 'lineage-data[video]'"

@@ -21,7 +21,7 @@ from typing import Any
 
 import lineage_data as ld
 from connectors.ocr import DetectLines, RecognizeLines, document_text, page_text
-from connectors.pdf import ExtractText, PdfPages, render_pages
+from connectors.pdf import PAGE_TIMEOUT_S, ExtractText, PdfPages, render_pages
 from connectors.testing.echo_llm import EchoLLM
 from connectors.vllm import VllmStage
 
@@ -50,7 +50,9 @@ def build(
             docs, concurrency=concurrency, num_gpus=num_gpus, batch_size=batch_size, dpi=dpi
         )
     pages = docs.expand_lineage(
-        functools.partial(render_pages, dpi=dpi, render=stage == "vlm"), name="render_pages"
+        functools.partial(render_pages, dpi=dpi, render=stage == "vlm"),
+        name="render_pages",
+        timeout_s=PAGE_TIMEOUT_S,
     )
     from examples._cli import model_args as stage_args
 
@@ -89,7 +91,10 @@ def build_ocr(
 
     device = "cuda" if num_gpus else "cpu"
     pages = docs.expand_lineage(
-        PdfPages, name="render_pages", fn_constructor_kwargs={"dpi": dpi, "page_errors": "keep"}
+        PdfPages,
+        name="render_pages",
+        timeout_s=PAGE_TIMEOUT_S,
+        fn_constructor_kwargs={"dpi": dpi, "page_errors": "keep"},
     )
     lines = pages.expand_lineage(
         DetectLines,

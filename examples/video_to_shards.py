@@ -15,7 +15,7 @@ from typing import Any
 
 import lineage_data as ld
 from connectors.testing.echo_llm import EchoLLM
-from connectors.video import sample_frames, split_clips
+from connectors.video import CLIP_TIMEOUT_S, sample_frames, split_clips
 from connectors.vllm import VllmStage
 
 
@@ -58,9 +58,15 @@ def build(
     model_args = stage_args(concurrency, num_gpus, batch_size)
     return (
         ld.read_files(input_path, filesystem=filesystem)
-        .expand_lineage(functools.partial(split_clips, clip_seconds=clip_seconds), name="clips")
         .expand_lineage(
-            functools.partial(sample_frames, frames_per_clip=frames_per_clip), name="frames"
+            functools.partial(split_clips, clip_seconds=clip_seconds),
+            name="clips",
+            timeout_s=CLIP_TIMEOUT_S,
+        )
+        .expand_lineage(
+            functools.partial(sample_frames, frames_per_clip=frames_per_clip),
+            name="frames",
+            timeout_s=CLIP_TIMEOUT_S,
         )
         .map_batches(
             VllmStage,

@@ -111,8 +111,8 @@ class LineageDataset:
     # crash or hang the process under a stage (see lineage_data._core.guard): ``max_crash_retries``
     # (a block whose worker died more often is isolated; a row, parent or group that kills its worker
     # more often alone ends FAILED with WorkerCrashedError) and ``timeout_s`` (a call of the function
-    # on one batch, row, parent or group that takes longer ends its process; the input fails with
-    # TimeoutError; on Ray only).
+    # on one batch, row or group, or the wait for an expansion's next child, that takes longer ends
+    # its process; the input fails with TimeoutError; on Ray only).
     def expand_lineage(
         self,
         fn: Callable[..., Iterable[dict]] | type,

@@ -442,6 +442,7 @@ class _Children:
                     self.result = outcomes.rejected(describe(exc), stage.name)
                     _close(children)
                     return
+                op._guard.tick()  # timeout_s bounds the wait for each child, not the whole parent
                 block = self._blocks.add(key, {**carry, **child}, fixed + row_bytes(child))
                 n += 1
                 if block is not None:

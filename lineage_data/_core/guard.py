@@ -151,6 +151,12 @@ class Guard:
         with self.timed():
             return fn(*args)
 
+    def tick(self) -> None:
+        """Progress inside a timed body (an expansion's next child): its deadline starts again."""
+        if self._timeout is not None:
+            key = self._current or ""
+            _WATCHDOG.arm(self._timeout, lambda: self._journal.hung(self._stage, key))
+
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
         """The stage's timeout over the body (a parent's whole expansion, say)."""

@@ -233,3 +233,22 @@ def test_a_crash_in_a_row_stage_fails_that_row(kind):
     assert status(out[BAD])[0] == "SUPPRESSED"
     assert "WorkerCrashedError: stage 'rows'" in status(out[BAD])[1]
     assert all(out[r]["_lineage_outcome"] == "PRESENT" for r in out if r != BAD)
+
+
+def test_an_expansion_that_stops_yielding_fails_its_parent_with_a_timeout():
+    """For an expansion, timeout_s bounds the wait for each next child (a page that hangs)."""
+
+    def pages(row):
+        for i in range(row["n"]):
+            if row["doc"] == BAD and i == 1:
+                _die("hang")
+            yield {"doc": row["doc"], "page": i}
+
+    ds = (
+        _docs()
+        .expand_lineage(pages, name="pages", timeout_s=2)
+        .map_batches(_mapper("none", bad=None), name="score", batch_size=4)
+        .reduce_lineage(_reduce, name="docs")
+    )
+    out = by_root(ds.take_all(), ds.report())
+    _check(out, ("FAILED", "TimeoutError: stage 'pages': no result in 2 s", "pages"))
