@@ -252,3 +252,29 @@ def test_an_expansion_that_stops_yielding_fails_its_parent_with_a_timeout():
     )
     out = by_root(ds.take_all(), ds.report())
     _check(out, ("FAILED", "TimeoutError: stage 'pages': no result in 2 s", "pages"))
+
+
+def test_a_worker_lost_once_beside_a_crashing_input_fails_only_the_crashing_root(tmp_path):
+    """Chaos and a poison input in one run: a kill of d05's worker costs a retry; d03 fails alone."""
+    marker = str(tmp_path / "d05-died-once")
+
+    def score(batch):
+        docs, pages = list(batch["doc"]), list(batch["page"])
+        if "d05" in docs and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if any(d == BAD and p == 1 for d, p in zip(docs, pages, strict=True)):
+            _die("segv")
+        return {"value": batch["page"] * 10}
+
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(score, name="score", batch_size=4, max_crash_retries=1)
+        .reduce_lineage(_reduce, name="docs")
+    )
+    out = by_root(ds.take_all(), ds.report())
+    assert os.path.exists(marker)
+    _check(
+        out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died 2 times", "score")
+    )
