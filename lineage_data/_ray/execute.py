@@ -31,7 +31,7 @@ from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
 from lineage_data._ray.holders import HolderSet
 from lineage_data._ray.lower import lower
-from lineage_data._ray.sinks import AccountedSink, accounted
+from lineage_data._ray.sinks import WRITTEN, AccountedSink, accounted
 from lineage_data._ray.typestore import TypeStore
 from lineage_data.report import RunReport
 
@@ -86,9 +86,10 @@ class _Progress(threading.Thread):
     def _draw(self) -> None:
         p = self._progress()
         done = p["committed"] + p["failed"]
+        shards = f", {p['shards']} shards written" if "shards" in p else ""
         self._bar.set_description(
             f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
-            f"{p['in_flight_parents']} in flight"
+            f"{p['in_flight_parents']} in flight{shards}"
         )
         self._bar.update(done - self._done, total=p["total"] or None)
         self._done = done
@@ -178,6 +179,7 @@ class Execution:
         self._stand_ins: list[pa.Table] = []
         self._lost = 0
         self.dataset = self._pass.dataset
+        self._writing: CoordinatorClient | None = None  # the client a write's tasks report to
         self._progress = _Progress(self._progress_now) if _progress_enabled() else None
 
     # -- driver-side chores (supervisor thread) ----------------------------------------------------
@@ -204,7 +206,17 @@ class Execution:
 
     def _progress_now(self) -> dict[str, int]:
         with self._lock:
-            return self._ledger.progress()
+            progress = self._ledger.progress()
+        writing = self._writing
+        if writing is not None:  # a write: its tasks report to the coordinator as they finish
+            try:
+                written = writing.snapshot()["counts"].get(WRITTEN, {})
+            except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting
+                written = {}
+            for key in ("committed", "failed"):
+                progress[key] = max(progress[key], int(written.get(key, 0)))
+            progress["shards"] = int(written.get("shards", 0))
+        return progress
 
     # -- consumers ----------------------------------------------------------------------------------
     def iter_tables(self, *, prefetch_batches: int = 1) -> Iterator[pa.Table]:
@@ -250,7 +262,13 @@ class Execution:
         try:
             for current in self._run_passes():
                 ds = prepare(current.dataset) if prepare else current.dataset
-                action(accounted(ds, level, self._account, keep_lineage=keep_lineage))
+                progress = current.client if isinstance(current.client, CoordinatorClient) else None
+                self._writing = progress
+                action(
+                    accounted(
+                        ds, level, self._account, keep_lineage=keep_lineage, progress=progress
+                    )
+                )
             # Rows the workers could not write because the driver makes them: LostError rows, and the
             # stand-ins of roots that left no row at an open level.
             extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]

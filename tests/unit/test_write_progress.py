@@ -1,0 +1,50 @@
+"""Write tasks report what they wrote, so the driver's progress bar moves during a write."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from ray.data.datasource import Datasink
+
+from lineage_data._core import columns as C
+from lineage_data._core.state import LineageState
+from lineage_data._ray.sinks import WRITTEN, AccountedSink
+
+
+class KeepRows(Datasink):
+    """A datasink that keeps the rows it is given, in this process."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def write(self, blocks, ctx):
+        for block in blocks:
+            self.rows.extend(block.to_pylist())
+        return len(self.rows)
+
+
+def _rows(outcomes: list[str]) -> pa.Table:
+    return pa.table(
+        {
+            "text": [f"t{i}" for i in range(len(outcomes))],
+            C.ROOT: [f"r{i}" for i in range(len(outcomes))],
+            C.OUTCOME: outcomes,
+            C.CAUSE: [None if o == "PRESENT" else "ValueError: bad" for o in outcomes],
+        }
+    )
+
+
+def test_each_write_task_reports_committed_failed_and_one_shard():
+    state = LineageState()
+    inner = KeepRows()
+    sink = AccountedSink(inner, 0, progress=state)
+    sink.write([_rows(["PRESENT", "FAILED", "PRESENT"])], None)
+    sink.write([_rows(["SUPPRESSED"])], None)
+    assert state.snapshot()["counts"][WRITTEN] == {"committed": 2, "failed": 2, "shards": 2}
+    assert len(inner.rows) == 4
+
+
+def test_an_open_level_or_no_client_reports_nothing():
+    state = LineageState()
+    AccountedSink(KeepRows(), 1, progress=state).write([_rows(["PRESENT"])], None)
+    AccountedSink(KeepRows(), 0).write([_rows(["PRESENT"])], None)
+    assert WRITTEN not in state.snapshot()["counts"]
