@@ -101,8 +101,11 @@ class ExpandOp:
                     continue
             if entering is None:
                 children = _Children(self, row, key, blocks)
-                with guard.timed():
+                guard.tick()  # timeout_s bounds each wait for the next child (not the yields)
+                try:
                     yield from children
+                finally:
+                    guard.pause()
                 entering = children.result
                 payload = self._parent_payload(row)
                 if not whole:
@@ -442,11 +445,13 @@ class _Children:
                     self.result = outcomes.rejected(describe(exc), stage.name)
                     _close(children)
                     return
-                op._guard.tick()  # timeout_s bounds the wait for each child, not the whole parent
                 block = self._blocks.add(key, {**carry, **child}, fixed + row_bytes(child))
                 n += 1
                 if block is not None:
+                    # downstream may hold this yield for long (backpressure): not the function's time
+                    op._guard.pause()
                     yield block
+                op._guard.tick()
                 if key in self._blocks.failed:
                     _close(children)  # this parent is FAILED: its later children are not needed
                     return

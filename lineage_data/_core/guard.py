@@ -152,10 +152,15 @@ class Guard:
             return fn(*args)
 
     def tick(self) -> None:
-        """Progress inside a timed body (an expansion's next child): its deadline starts again."""
+        """Start the clock again: an expansion waits for its next child from here."""
         if self._timeout is not None:
             key = self._current or ""
             _WATCHDOG.arm(self._timeout, lambda: self._journal.hung(self._stage, key))
+
+    def pause(self) -> None:
+        """Stop the clock (an expansion hands a block downstream, where it may wait for room)."""
+        if self._timeout is not None:
+            _WATCHDOG.disarm()
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
