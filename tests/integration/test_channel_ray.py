@@ -1,8 +1,8 @@
-"""The coordinator's channel in a real Ray: under Ray's TLS, and turned off.
+"""The coordinator's channel in a real Ray started under Ray's TLS.
 
-Each case starts its own local Ray in a subprocess (``channel_probe.py``): Ray reads TLS settings
+The case starts its own local Ray in a subprocess (``channel_probe.py``): Ray reads TLS settings
 when it starts, and the session's shared instance runs without them (every other integration test
-covers the plain channel).
+covers the plain channel; turning it off is tested in ``tests/unit/test_channel.py``).
 """
 
 from __future__ import annotations
@@ -39,9 +39,3 @@ def test_under_ray_tls_the_channel_is_tls(tmp_path):
     result = _probe(env)
     assert result["values"] == EXPECTED
     assert result["channels"] and all(v in ("TLSv1.2", "TLSv1.3") for v in result["channels"])
-
-
-def test_the_socket_channel_can_be_turned_off():
-    result = _probe({"LINEAGE_DATA_COORDINATOR_SOCKET": "0"})
-    assert result["values"] == EXPECTED
-    assert result["channels"] == []  # every call went over Ray

@@ -288,3 +288,42 @@ def test_the_handshake_proofs_differ_by_role():
     client = ch._proof(SECRET, b"client", server_nonce, client_nonce)
     server = ch._proof(SECRET, b"server", server_nonce, client_nonce)
     assert not hmac.compare_digest(client, server)  # a client's proof cannot be reflected back
+
+
+# -- turned off ------------------------------------------------------------------------------------
+
+
+class _RayCalls:
+    """Stands in for the coordinator's Ray handle: answers ``call`` from a LineageState."""
+
+    name = "lineage-test-coordinator"
+
+    def __init__(self) -> None:
+        self.state = LineageState()
+        self.asked: list[str] = []
+
+    def call(self, method: str, *args, stage=None):
+        self.asked.append(method)
+        if method == "call":
+            name, call_args, kwargs = args
+            return getattr(self.state, name)(*call_args, **kwargs)
+        raise AssertionError(f"the client asked for {method!r}")
+
+
+def test_turned_off_the_actor_serves_no_socket_and_clients_use_ray_calls(monkeypatch):
+    from lineage_data._ray.coordinator import CoordinatorActor, CoordinatorClient
+
+    monkeypatch.setenv("LINEAGE_DATA_COORDINATOR_SOCKET", "0")
+    actor = CoordinatorActor.__ray_metadata__.modified_class()  # the class under Ray's wrapper
+    assert asyncio.run(actor.channel()) is None
+    helper = _RayCalls()
+    client = CoordinatorClient(helper)
+    assert client.snapshot()["epoch"] == helper.state.epoch
+    assert helper.asked == ["call"]  # never asked for a channel
+    monkeypatch.delenv("LINEAGE_DATA_COORDINATOR_SOCKET")
+
+    async def served():
+        return await actor.channel()
+
+    host, port, secret, tls = asyncio.run(served())
+    assert port > 0 and len(secret) == 32 and tls is False
