@@ -95,7 +95,7 @@ class _NodeJournal:
 
     A flat plan has no coordinator to journal in, and a GCS round trip per block is what a flat plan
     runs without a coordinator to avoid; an attempt and the previous end cost ~0.1 ms in files here.
-    goes when it ends, so one left behind is an attempt whose process died. Ray retries a task on
+    An attempt's file goes when it ends, so one left behind is an attempt whose process died. Ray retries a task on
     any node: a retry on another node starts counting there, so a crashing input costs at most
     ``max_crash_retries + 1`` crashes per node before it is isolated (bounded, not global).
     """
