@@ -20,12 +20,11 @@ Ray-free, like all of ``_core``: the journal is whatever coordinator the operato
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from lineage_data._core import outcomes
@@ -148,11 +147,14 @@ class Guard:
         """``fn(*args)`` under the stage's timeout (none in-process or without ``timeout_s``)."""
         if self._timeout is None:
             return fn(*args)
-        with self.timed():
+        self.tick()
+        try:
             return fn(*args)
+        finally:
+            self.pause()
 
     def tick(self) -> None:
-        """Start the clock again: an expansion waits for its next child from here."""
+        """Start the clock (again): a call, or an expansion's wait for its next child, from here."""
         if self._timeout is not None:
             key = self._current or ""
             _WATCHDOG.arm(self._timeout, lambda: self._journal.hung(self._stage, key))
@@ -160,19 +162,6 @@ class Guard:
     def pause(self) -> None:
         """Stop the clock (an expansion hands a block downstream, where it may wait for room)."""
         if self._timeout is not None:
-            _WATCHDOG.disarm()
-
-    @contextlib.contextmanager
-    def timed(self) -> Iterator[None]:
-        """The stage's timeout over the body (a parent's whole expansion, say)."""
-        if self._timeout is None:
-            yield
-            return
-        key = self._current or ""
-        _WATCHDOG.arm(self._timeout, lambda: self._journal.hung(self._stage, key))
-        try:
-            yield
-        finally:
             _WATCHDOG.disarm()
 
 
