@@ -27,13 +27,12 @@ interface for demos and tests.
 from __future__ import annotations
 
 import io
-import re
-import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from connectors._prompt import batch_columns, format_prompt, template_fields
 from lineage_data._core.errors import describe
 from lineage_data._core.failures import RecordFailure
 
@@ -128,7 +127,7 @@ class VllmStage:
             raise ValueError(f"frames_as must be 'image' or 'video', got {frames_as!r}")
         if output_column in (NUM_PROMPT_TOKENS, NUM_GENERATED_TOKENS):
             raise ValueError(f"output_column {output_column!r} clashes with a token-count column")
-        fields = _template_fields(prompt_template)
+        fields = template_fields(prompt_template)
         if text_columns and (unknown := sorted(fields - set(text_columns))):
             raise ValueError(f"prompt_template uses {unknown}, which are not in text_columns")
         if media := sorted(fields & {image_column, frames_column}):
@@ -191,23 +190,13 @@ class VllmStage:
     def _columns(
         self, batch: pa.Table | Mapping[str, Sequence[Any]]
     ) -> tuple[dict[str, list[Any]], int]:
-        names = list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
         wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
-        wanted |= self._fields
-        if missing := sorted(wanted - set(names)):
-            raise ValueError(f"VllmStage: the batch has no column {missing}; it has {names}")
-        if isinstance(batch, pa.Table):
-            columns = {name: batch.column(name).to_pylist() for name in wanted}
-            return columns, batch.num_rows
-        columns = {name: list(batch[name]) for name in wanted}
-        return columns, len(batch[names[0]]) if names else 0
+        return batch_columns(batch, wanted | self._fields, "VllmStage")
 
     def _prompt(self, columns: dict[str, list[Any]], row: int) -> dict[str, Any] | RecordFailure:
         """The prompt dict of one row, or the reason it cannot be built."""
         try:
-            text = self._template.format_map(
-                {name: _text(columns[name][row]) for name in self._fields}
-            )
+            text = format_prompt(self._template, self._fields, columns, row)
         except Exception as exc:  # a value that does not fit its field's format spec
             return RecordFailure(f"VllmStage: prompt_template does not format: {describe(exc)}")
         images: list[Any] = []
@@ -260,23 +249,6 @@ class VllmStage:
         outputs = list(outputs)
         _check_alignment(prompts, outputs)
         return outputs
-
-
-def _template_fields(template: str) -> frozenset[str]:
-    """The column names a format template refers to (``{meta[page]}`` refers to ``meta``)."""
-    names = set()
-    for _, field_name, _, _ in string.Formatter().parse(template):
-        if field_name is None:
-            continue
-        name = re.split(r"[.\[]", field_name, maxsplit=1)[0]
-        if not name or name.isdigit():
-            raise ValueError(f"prompt_template fields must name columns, got {{{field_name}}}")
-        names.add(name)
-    return frozenset(names)
-
-
-def _text(value: Any) -> Any:
-    return "" if value is None else value
 
 
 def _decode_image(data: Any) -> Any:

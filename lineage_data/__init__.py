@@ -23,6 +23,7 @@ from lineage_data._core.errors import (
     HelperLostError,
     LineageError,
     PlanError,
+    StageFailedError,
     UserCodeError,
     WorkerCrashedError,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "S3BucketNotFoundError",
     "S3ConnectionError",
     "UserCodeError",
+    "StageFailedError",
     "WorkerCrashedError",
     "from_items",
     "from_ray",

@@ -19,6 +19,14 @@ class UserCodeError(LineageError):
     """A user function raised; the original exception is kept as ``__cause__``."""
 
 
+class StageFailedError(LineageError):
+    """A stage cannot go on for any input (its model server cannot be reached, refuses the key).
+
+    Raised by a stage's own code (the connectors do) to stop the run instead of failing every row
+    one by one; the run raises it with the stage's name in the message. Never retried per row.
+    """
+
+
 class FencingError(LineageError):
     """A report conflicts with a fact already committed for the same work unit."""
 

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK, TARGET_BLOCK_BYTES, row_bytes
-from lineage_data._core.errors import ContractError, PlanError, describe
+from lineage_data._core.errors import ContractError, PlanError, StageFailedError, describe
 from lineage_data._core.guard import Guard, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
@@ -457,6 +457,8 @@ class _Children:
                     return
         except (ContractError, PlanError):
             raise
+        except StageFailedError as exc:
+            raise CallPolicy(stage.name, stage.on_error).stopped(exc) from exc
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             self.result = CallPolicy(stage.name, stage.on_error).failed(exc, "a parent")
 

@@ -5,7 +5,8 @@ parent, a group), with cause ``"Type: message"``; a batch call is first retried,
 until the rows that raise fail alone. ``on_error="raise"``: the first error stops the run as a
 :class:`~lineage_data.UserCodeError` naming the stage, the original as ``__cause__``. A
 :class:`~lineage_data.ContractError` (the stage broke the contract, e.g. a wrong row count) always stops
-the run: it is a bug in the stage, not bad input.
+the run: it is a bug in the stage, not bad input. So does a
+:class:`~lineage_data.StageFailedError` (the stage's code says it cannot go on for any input).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from lineage_data._core import outcomes
-from lineage_data._core.errors import ContractError, UserCodeError, describe
+from lineage_data._core.errors import ContractError, StageFailedError, UserCodeError, describe
 from lineage_data._core.outcomes import Status
 
 OnError = Literal["isolate", "raise"]
@@ -41,8 +42,16 @@ class CallPolicy:
             return (self.invoke(fn, *args) if self.invoke else fn(*args)), None
         except ContractError:
             raise
+        except StageFailedError as exc:
+            raise self.stopped(exc) from exc
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             return None, self.failed(exc, on)
+
+    def stopped(self, exc: StageFailedError) -> StageFailedError:
+        """``exc`` with the stage's name in its message (the error that stops the run)."""
+        prefix = f"stage {self.stage!r}: "
+        message = str(exc)
+        return exc if message.startswith(prefix) else StageFailedError(prefix + message)
 
     def failed(self, exc: Exception, on: str) -> Status:
         """The status of a call that raised ``exc`` (or the run stops, under ``on_error="raise"``)."""
@@ -69,6 +78,8 @@ class CallPolicy:
                 return self.invoke(run, items) if self.invoke else run(items)
             except ContractError:
                 raise
+            except StageFailedError as exc:
+                raise self.stopped(exc) from exc
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
                 if self.on_error == "raise":
                     self.failed(exc, f"a batch of {n} rows")

@@ -1,0 +1,401 @@
+r"""A model server as a batch stage: OpenAI-compatible chat completions over HTTP, many in flight.
+
+:class:`OpenAIChatStage` is a callable class for ``map_batches``. Each row of a batch becomes one
+``POST {base_url}/chat/completions`` request to a server that speaks OpenAI's API (``vllm serve``,
+SGLang, a hosted endpoint); each actor keeps up to ``max_concurrency`` requests in flight, so a
+pool of N actors keeps N x ``max_concurrency`` in flight and the server's own batching does the
+rest::
+
+    captions = clips.map_batches(
+        OpenAIChatStage,
+        batch_size=64,
+        concurrency=4,
+        num_cpus=0.25,
+        fn_constructor_kwargs={
+            "base_url": "http://vlm-server:8000/v1",
+            "model": "Qwen/Qwen2.5-VL-7B-Instruct",
+            "prompt_template": "Describe this clip of {path}.",
+            "frames_column": "frames",
+            "sampling_params": {"max_tokens": 128, "temperature": 0.0},
+            "max_concurrency": 16,
+        },
+    )
+
+The result has one row per input row, in input order: ``output_column`` (the reply's text, or a
+``RecordFailure``), ``num_prompt_tokens`` and ``num_generated_tokens`` (from the reply's ``usage``).
+
+Failure policy, per row:
+
+- 429, 408, 5xx, a connection reset or a dropped connection, and a request with no answer in
+  ``request_timeout_s`` are retried with exponential backoff and jitter (``Retry-After`` honoured,
+  capped at ``max_backoff_s``), at most ``max_retries`` times; then the row is a
+  ``RecordFailure("OpenAIChatStage: HTTP 503 from the server after 5 attempts: <its message>")``.
+- Any other 4xx is the request's own fault (a prompt too long, an image the server refuses): the
+  row fails at once with the status and the server's message.
+- A server that cannot be reached (connection refused, no such host, no connection in
+  ``connect_timeout_s`` on the last attempt), or that refuses the credentials or the path (401,
+  403, 404) is not any row's fault: the stage raises :class:`~lineage_data.StageFailedError` naming
+  the endpoint, and the run stops with it (seconds, not a hang). The API key never appears in a
+  message.
+
+Why not Ray Data's own HTTP request stage (``ray.data.llm.HttpRequestProcessorConfig``): it raises
+for the whole batch when one request fails (no per-row failure), does not honour ``Retry-After``
+nor retry a 500, and is a Dataset-to-Dataset processor rather than a ``map_batches`` callable. The
+HTTP client is aiohttp (a dependency of Ray); this module adds only the OpenAI request body, the
+retry policy and the per-row outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import random
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow as pa
+
+from connectors._prompt import batch_columns, format_prompt, template_fields
+from lineage_data._core.errors import StageFailedError, describe
+from lineage_data._core.failures import RecordFailure
+
+__all__ = ["NUM_GENERATED_TOKENS", "NUM_PROMPT_TOKENS", "OpenAIChatStage"]
+
+NUM_PROMPT_TOKENS = "num_prompt_tokens"
+NUM_GENERATED_TOKENS = "num_generated_tokens"
+RETRIED_STATUSES = frozenset({408, 409, 425, 429})  # and every 5xx
+STAGE_STATUSES = frozenset({401, 403, 404})  # wrong key, wrong path or model: no row's fault
+_IMAGE_TYPES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+class OpenAIChatStage:
+    """A ``map_batches`` callable that sends each row to an OpenAI-compatible chat endpoint.
+
+    The user message is ``prompt_template`` formatted with the row's columns, plus the row's image
+    (``image_column``: encoded PNG/JPEG/GIF/WebP bytes) or frames (``frames_column``: a list of
+    them) as base64 data URLs, in that order; ``system_prompt`` adds a system message.
+
+    Example (against the test tooling's loopback server):
+        >>> import pyarrow as pa
+        >>> from connectors.testing.chat_server import ChatServer
+        >>> with ChatServer() as server:
+        ...     stage = OpenAIChatStage(server.base_url, "echo")
+        ...     stage(pa.table({"text": ["a page", "another page"]}))["generation"]
+        ['echo: a page', 'echo: another page']
+
+    Args:
+        base_url: The API's base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        model: The ``model`` field of every request.
+        prompt_template: ``str.format`` template; its fields name columns of the batch.
+        system_prompt: A system message sent first, or ``None``.
+        image_column: Column of encoded image bytes, or ``None``.
+        frames_column: Column of lists of encoded frames (video clips), or ``None``.
+        output_column: Name of the reply-text column.
+        sampling_params: Extra fields of the request body (``max_tokens``, ``temperature``, ...).
+        api_key: The bearer token; ``None`` reads the environment variable ``api_key_env``
+            (no ``Authorization`` header when that is unset too).
+        api_key_env: Where the key is read from when ``api_key`` is ``None``.
+        max_concurrency: Requests in flight at once from this actor.
+        max_retries: Retries of one request after its first attempt.
+        backoff_s: First backoff; it doubles per retry, with jitter (half to all of it).
+        max_backoff_s: Longest wait between two attempts (``Retry-After`` included).
+        request_timeout_s: Seconds one attempt may take, answer included.
+        connect_timeout_s: Seconds to open a connection.
+
+    Raises:
+        ValueError: The template or the options contradict each other.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        prompt_template: str = "{text}",
+        system_prompt: str | None = None,
+        image_column: str | None = None,
+        frames_column: str | None = None,
+        output_column: str = "generation",
+        sampling_params: Mapping[str, Any] | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        max_concurrency: int = 16,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 20.0,
+        request_timeout_s: float = 120.0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        if max_concurrency < 1 or max_retries < 0:
+            raise ValueError("max_concurrency must be >= 1 and max_retries >= 0")
+        if output_column in (NUM_PROMPT_TOKENS, NUM_GENERATED_TOKENS):
+            raise ValueError(f"output_column {output_column!r} clashes with a token-count column")
+        fields = template_fields(prompt_template)
+        if media := sorted(fields & {image_column, frames_column}):
+            raise ValueError(f"prompt_template uses the media column(s) {media}")
+        self._template, self._fields = prompt_template, fields
+        self._system = system_prompt
+        self._image_column, self._frames_column = image_column, frames_column
+        self._output_column = output_column
+        self._body = {"model": model, **dict(sampling_params or {})}
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        if urlsplit(self._url).password is not None:
+            raise ValueError(
+                f"base_url {_without_credentials(self._url)!r} holds credentials: pass the key as "
+                "api_key or in the api_key_env environment variable"
+            )
+        self.endpoint = _without_credentials(self._url)
+        key = api_key if api_key is not None else os.environ.get(api_key_env)
+        self._secrets = [key] if key else []
+        self._headers = {"Content-Type": "application/json"}
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+        self._max_concurrency, self._max_retries = max_concurrency, max_retries
+        self._backoff_s, self._max_backoff_s = backoff_s, max_backoff_s
+        self._timeouts = (request_timeout_s, connect_timeout_s)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: Any = None
+        self._sessions: list[Any] = []  # the session of the running loop (shared with its closer)
+        self._gate: asyncio.Semaphore | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIChatStage({self.endpoint!r}, model={self._body['model']!r})"
+
+    def __call__(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+        """Send every row of ``batch``; the replies in row order.
+
+        Raises:
+            StageFailedError: The server cannot be reached, or refuses the key or the path.
+            ValueError: The batch lacks a column the stage is configured to read.
+        """
+        wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
+        columns, num_rows = batch_columns(batch, wanted | self._fields, "OpenAIChatStage")
+        values: list[Any] = [None] * num_rows
+        prompt_tokens: list[int | None] = [None] * num_rows
+        generated_tokens: list[int | None] = [None] * num_rows
+        bodies: dict[int, bytes] = {}
+        for row in range(num_rows):
+            body = self._request(columns, row)
+            if isinstance(body, RecordFailure):
+                values[row] = body
+            else:
+                bodies[row] = body
+        if bodies:
+            future = asyncio.run_coroutine_threadsafe(self._send_all(bodies), self._running_loop())
+            for row, (value, prompt, generated) in future.result().items():
+                values[row], prompt_tokens[row], generated_tokens[row] = value, prompt, generated
+        return {
+            self._output_column: values,
+            NUM_PROMPT_TOKENS: prompt_tokens,
+            NUM_GENERATED_TOKENS: generated_tokens,
+        }
+
+    def _request(self, columns: dict[str, list[Any]], row: int) -> bytes | RecordFailure:
+        """The JSON body of one row's request, or why it cannot be built."""
+        try:
+            text = format_prompt(self._template, self._fields, columns, row)
+        except Exception as exc:  # a value that does not fit its field's format spec
+            return RecordFailure(
+                f"OpenAIChatStage: prompt_template does not format: {describe(exc)}"
+            )
+        media: list[Any] = []
+        if self._image_column is not None and columns[self._image_column][row] is not None:
+            media.append(columns[self._image_column][row])
+        if self._frames_column is not None:
+            media.extend(columns[self._frames_column][row] or ())
+        parts: list[dict[str, Any]] = []
+        for index, data in enumerate(media):
+            url = _data_url(data)
+            if url is None:
+                return RecordFailure(f"OpenAIChatStage: media item {index} is not a known image")
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        if (self._image_column or self._frames_column) and not parts:
+            return RecordFailure("OpenAIChatStage: the row has no image")
+        content: Any = [{"type": "text", "text": text}, *parts] if parts else text
+        messages = [{"role": "user", "content": content}]
+        if self._system is not None:
+            messages.insert(0, {"role": "system", "content": self._system})
+        return json.dumps({**self._body, "messages": messages}).encode()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """This stage's event loop, in a daemon thread of its own (kept with its connections).
+
+        It is stopped, its connections closed, when the stage is garbage collected or closed.
+        """
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="openai-stage", daemon=True).start()
+            self._loop = loop
+            self._closer = weakref.finalize(self, _stop, loop, self._sessions)
+        return self._loop
+
+    def close(self) -> None:
+        """Close the connections and stop the event loop (the next call starts them again)."""
+        if self._loop is not None:
+            self._closer()
+            self._loop, self._sessions = None, []
+
+    async def _send_all(self, bodies: dict[int, bytes]) -> dict[int, tuple[Any, Any, Any]]:
+        import aiohttp
+
+        if not self._sessions:
+            request_s, connect_s = self._timeouts
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=request_s, sock_connect=connect_s),
+                connector=aiohttp.TCPConnector(limit=self._max_concurrency),
+            )
+            self._sessions.append(self._session)
+            self._gate = asyncio.Semaphore(self._max_concurrency)
+        tasks = {row: asyncio.ensure_future(self._send(body)) for row, body in bodies.items()}
+        try:
+            await asyncio.gather(*tasks.values())
+        except BaseException:
+            for task in tasks.values():  # a stage error: the other requests are not needed
+                task.cancel()
+            raise
+        return {row: task.result() for row, task in tasks.items()}
+
+    async def _send(self, body: bytes) -> tuple[Any, int | None, int | None]:
+        """One row's request with its retries: ``(text or RecordFailure, prompt, generated)``."""
+        assert self._gate is not None
+        cause = "no attempt was made"
+        for attempt in range(self._max_retries + 1):
+            async with self._gate:
+                result = await self._attempt(body)
+            match result:
+                case ("done", value, usage):
+                    return value, usage.get("prompt_tokens"), usage.get("completion_tokens")
+                case ("failed", why):
+                    return RecordFailure(f"OpenAIChatStage: {self._redact(why)}"), None, None
+                case ("retry", why, retry_after):
+                    cause = why
+                    if attempt == self._max_retries:
+                        break
+                    wait = self._backoff_s * 2**attempt * random.uniform(0.5, 1.0)
+                    if retry_after is not None:
+                        wait = max(wait, retry_after)
+                    await asyncio.sleep(min(wait, self._max_backoff_s))
+                case ("unreachable", why):
+                    cause = why
+                    if attempt == self._max_retries:
+                        raise StageFailedError(
+                            f"cannot reach the model server at {self.endpoint} "
+                            f"({self._redact(why)})"
+                        )
+                    wait = self._backoff_s * 2**attempt * random.uniform(0.5, 1.0)
+                    await asyncio.sleep(min(wait, self._max_backoff_s))
+        attempts = self._max_retries + 1
+        return (
+            RecordFailure(f"OpenAIChatStage: {self._redact(cause)} after {attempts} attempts"),
+            None,
+            None,
+        )
+
+    async def _attempt(self, body: bytes) -> tuple[Any, ...]:
+        """One attempt, classified: done, failed (the row's fault), retry or unreachable."""
+        import aiohttp
+
+        try:
+            async with self._session.post(self._url, data=body, headers=self._headers) as response:
+                status = response.status
+                text = await response.text()
+                if status == 200:
+                    return _reply(text)
+                message = _error_message(text)
+                if status in STAGE_STATUSES:
+                    raise StageFailedError(
+                        f"the model server at {self.endpoint} answered HTTP {status}: "
+                        f"{self._redact(message)}"
+                    )
+                why = f"HTTP {status} from the server: {message}"
+                if status in RETRIED_STATUSES or status >= 500:
+                    return "retry", why, _retry_after(response.headers.get("Retry-After"))
+                return "failed", why
+        except aiohttp.ClientConnectorError as exc:  # refused, no such host, connect timeout
+            return "unreachable", describe(exc)
+        except (aiohttp.ClientError, TimeoutError) as exc:  # reset, dropped, no answer in time
+            if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
+                return "retry", f"no answer in {self._timeouts[0]:g} s", None
+            return "retry", f"the connection failed: {describe(exc)}", None
+
+    def _redact(self, message: str) -> str:
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        return message
+
+
+def _stop(loop: asyncio.AbstractEventLoop, sessions: list[Any]) -> None:
+    """Close ``sessions`` on ``loop``, then stop it (from any thread)."""
+
+    async def close() -> None:
+        for session in sessions:
+            await session.close()
+        loop.stop()
+
+    if loop.is_running():
+        asyncio.run_coroutine_threadsafe(close(), loop)
+
+
+def _reply(text: str) -> tuple[Any, ...]:
+    """A 200's body: ``("done", text, usage)``, or ``("failed", why)`` for one without a reply."""
+    try:
+        data = json.loads(text)
+        choice = data["choices"][0]
+        content = choice["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return "failed", f"the server's answer is not a chat completion: {text[:200]!r}"
+    if not isinstance(content, str):
+        return "failed", f"the reply has no text (finish_reason {choice.get('finish_reason')!r})"
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return "done", content, usage
+
+
+def _error_message(text: str) -> str:
+    """The server's message from an OpenAI-style error body (or the start of the body)."""
+    try:
+        error = json.loads(text).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if message:
+            return str(message)[:500]
+    except (ValueError, AttributeError):
+        pass
+    return text[:200] or "(empty body)"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header given in seconds (an HTTP date is ignored)."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _data_url(data: Any) -> str | None:
+    """Encoded image bytes as a base64 data URL, or ``None`` when they are not a known image."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return None
+    data = bytes(data)
+    kind = next((mime for magic, mime in _IMAGE_TYPES if data.startswith(magic)), None)
+    if kind is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        kind = "image/webp"
+    if kind is None:
+        return None
+    return f"data:{kind};base64,{base64.b64encode(data).decode()}"
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without a user or password in its authority (for messages)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
