@@ -26,8 +26,10 @@ interface for demos and tests.
 
 from __future__ import annotations
 
+import asyncio
 import io
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -38,6 +40,8 @@ from lineage_data._core.failures import RecordFailure
 
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
+    "AsyncLLMLike",
+    "AsyncVllmStage",
     "NUM_GENERATED_TOKENS",
     "NUM_PROMPT_TOKENS",
     "LLMLike",
@@ -164,10 +168,15 @@ class VllmStage:
             ValueError: The batch lacks a column the stage is configured to read.
             Exception: Whatever ``LLM.generate`` raises, unchanged (the batch fails).
         """
+        values, prompts, rows = self._prompts(batch)
+        return self._result(values, rows, self._generate(prompts) if prompts else [])
+
+    def _prompts(
+        self, batch: pa.Table | Mapping[str, Sequence[Any]]
+    ) -> tuple[list[Any], list[dict[str, Any]], list[int]]:
+        """Per row its failure or None; the prompts; and the input row of each prompt."""
         columns, num_rows = self._columns(batch)
         values: list[Any] = [None] * num_rows
-        prompt_tokens: list[int | None] = [None] * num_rows
-        generated_tokens: list[int | None] = [None] * num_rows
         prompts: list[dict[str, Any]] = []
         rows: list[int] = []  # rows[i] is the input row of prompts[i]
         for row in range(num_rows):
@@ -177,10 +186,16 @@ class VllmStage:
             else:
                 prompts.append(prompt_or_failure)
                 rows.append(row)
-        if prompts:
-            outputs = self._generate(prompts)
-            for row, output in zip(rows, outputs, strict=True):
-                values[row], prompt_tokens[row], generated_tokens[row] = _read_output(output)
+        return values, prompts, rows
+
+    def _result(
+        self, values: list[Any], rows: list[int], outputs: list[Any]
+    ) -> dict[str, list[Any]]:
+        """The output columns: ``outputs[i]`` answers input row ``rows[i]``."""
+        prompt_tokens: list[int | None] = [None] * len(values)
+        generated_tokens: list[int | None] = [None] * len(values)
+        for row, output in zip(rows, outputs, strict=True):
+            values[row], prompt_tokens[row], generated_tokens[row] = _read_output(output)
         return {
             self._output_column: values,
             NUM_PROMPT_TOKENS: prompt_tokens,
@@ -249,6 +264,77 @@ class VllmStage:
         outputs = list(outputs)
         _check_alignment(prompts, outputs)
         return outputs
+
+
+class AsyncLLMLike(Protocol):
+    """The part of vLLM's async engine (``AsyncLLMEngine``, ``AsyncLLM``) the stage uses."""
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[Any]:
+        """The request's ``RequestOutput``s as they come; the last one is finished."""
+        ...
+
+
+class AsyncVllmStage(VllmStage):
+    """:class:`VllmStage` on vLLM's async engine: several batches in flight per actor.
+
+    ``__call__`` is a coroutine, so by Ray Data's own rule an actor pool with
+    ``ActorPoolStrategy(size=n, max_concurrent_calls_per_actor=k)`` keeps k batches in flight per
+    actor: the engine schedules the requests of all of them together and is not idle while a
+    finished batch is shipped out and the next one is decoded (as Ray Data's LLM processor does with
+    ``max_concurrent_batches``)::
+
+        captions = pages.map_batches(
+            AsyncVllmStage,
+            batch_size=32,
+            num_gpus=1,
+            compute=ray.data.ActorPoolStrategy(size=4, max_concurrent_calls_per_actor=4),
+            fn_constructor_kwargs={"model": "/models/llava-1.5-7b-hf", ...},
+        )
+
+    Same arguments, outputs and failure policy as :class:`VllmStage`; ``llm_factory`` builds an
+    :class:`AsyncLLMLike` engine (default: ``vllm.AsyncLLMEngine.from_engine_args``), e.g. the test
+    tooling's ``connectors.testing.echo_llm.EchoAsyncLLM``.
+    """
+
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        kwargs.setdefault("llm_factory", None)
+        if kwargs["llm_factory"] is None:
+            kwargs["llm_factory"] = _async_engine
+            if kwargs.get("sampling_params") is not None:
+                kwargs.setdefault("sampling_params_factory", _vllm_attribute("SamplingParams"))
+        super().__init__(model, **kwargs)
+        self._requests = itertools.count()
+
+    async def __call__(  # type: ignore[override]
+        self, batch: pa.Table | Mapping[str, Sequence[Any]]
+    ) -> dict[str, list[Any]]:
+        """Generate one output per row of ``batch``, in row order (see :meth:`VllmStage.__call__`)."""
+        values, prompts, rows = self._prompts(batch)
+        if self._llm is None:  # the engine died during an earlier batch: start a fresh one
+            self._llm = self._llm_factory(model=self._model, **self._engine_kwargs)
+        outputs = await asyncio.gather(*(self._one(p) for p in prompts)) if prompts else []
+        return self._result(values, rows, list(outputs))
+
+    async def _one(self, prompt: dict[str, Any]) -> Any:
+        """The finished output of one request (a request that ends in error fails its row)."""
+        engine: Any = self._llm
+        request_id = str(next(self._requests))
+        final = None
+        try:
+            async for output in engine.generate(prompt, self._sampling_params, request_id):
+                final = output
+        except Exception as exc:
+            if _is_engine_dead(exc):
+                self._llm = None
+                raise  # the batch fails and is retried on a fresh engine
+            return exc
+        return final if final is not None else RuntimeError("the request returned nothing")
+
+
+def _async_engine(model: str, **engine_kwargs: Any) -> Any:
+    """VLLM's async engine for ``model``."""
+    args = _vllm_attribute("AsyncEngineArgs")(model=model, **engine_kwargs)
+    return _vllm_attribute("AsyncLLMEngine").from_engine_args(args)
 
 
 def _decode_image(data: Any) -> Any:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
 from connectors.vllm import pil_image
 
-__all__ = ["EchoCompletionOutput", "EchoLLM", "EchoRequestOutput"]
+__all__ = ["EchoAsyncLLM", "EchoCompletionOutput", "EchoLLM", "EchoRequestOutput"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,3 +174,54 @@ def _max_tokens(params: Any) -> int | None:
     if isinstance(params, Mapping):
         return params.get("max_tokens")
     return getattr(params, "max_tokens", None)
+
+
+class EchoAsyncLLM:
+    """:class:`EchoLLM` with the interface of vLLM's async engine and a latency per request.
+
+    ``generate(prompt, sampling_params, request_id)`` is an async generator that yields the
+    request's one, finished output after ``latency_s`` seconds; requests sent together wait together,
+    as one engine step serves them all. The most requests in flight at once is kept in
+    :attr:`max_in_flight` and, when ``log_path`` is given, appended to that file (one line per
+    finished request) so a test can read it from outside the actor.
+
+    Example:
+        >>> import asyncio
+        >>> async def first(engine):
+        ...     return [out async for out in engine.generate("hi", None, "0")][0].outputs[0].text
+        >>> asyncio.run(first(EchoAsyncLLM()))
+        'echo: hi'
+    """
+
+    def __init__(
+        self,
+        model: str = "echo",
+        *,
+        latency_s: float = 0.0,
+        log_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._echo = EchoLLM(model, **kwargs)
+        self.latency_s = latency_s
+        self.log_path = log_path
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def __repr__(self) -> str:
+        return f"EchoAsyncLLM(model={self._echo.model!r}, latency_s={self.latency_s})"
+
+    async def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str
+    ) -> AsyncIterator[EchoRequestOutput]:
+        """The answer to one prompt (checked as :meth:`EchoLLM.generate` checks it)."""
+        [output] = self._echo.generate([prompt], sampling_params, use_tqdm=False)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.latency_s)
+        finally:
+            self.in_flight -= 1
+        if self.log_path is not None:
+            with open(self.log_path, "a") as log:
+                log.write(f"{self.max_in_flight}\n")
+        yield dataclasses.replace(output, request_id=request_id)

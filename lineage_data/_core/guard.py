@@ -15,16 +15,23 @@ that timed out ends FAILED with ``TimeoutError``. A hang inside native code that
 cannot be seen by a Python thread, so :mod:`faulthandler`'s C-level watchdog ends the process a few
 seconds later as a backstop; that attempt is journaled as a crash.
 
+Several operators of one stage may run in one process at once (an actor with several batches in
+flight, see :func:`set_concurrent`). Their user calls then run together, but a unit of an isolated
+block runs *alone* in its process, and its end is journaled before the next one starts: a crash or a
+hang is only ever pinned on the unit that was running, never on a neighbour. The watchdog keeps one
+deadline per thread.
+
 Ray-free, like all of ``_core``: the journal is whatever coordinator the operator talks to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from lineage_data._core import outcomes
@@ -38,6 +45,63 @@ TIMEOUT_EXIT_CODE = 124  # the exit status of a process ended by the watchdog (a
 _BACKSTOP_S = (
     10.0  # faulthandler ends a process this long after a deadline its Python thread missed
 )
+
+
+_concurrent = False  # several operators of a stage run in this process at once (set_concurrent)
+
+
+def set_concurrent(on: bool = True) -> None:
+    """Say that this process runs several operators of a stage at once (threads of one actor).
+
+    From then on the end of every isolated unit is journaled as soon as it ends (one more journal
+    call per isolated unit), so a crash of a unit running later in another thread is not pinned on it.
+    """
+    global _concurrent
+    _concurrent = on
+
+
+class _Gate:
+    """User calls of the process's operators run together; an isolated unit runs alone.
+
+    A readers-writer lock that prefers the writer: once a unit waits to run alone, no new call starts.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._alone or self._waiting:
+                self._cond.wait()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._alone or self._shared:
+                self._cond.wait()
+            self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
+
+
+_GATE = _Gate()
 
 
 def unit_key(root: str, path: Sequence[int] | None) -> str:
@@ -57,10 +121,11 @@ def block_key(n: int, first: str, last: str) -> str:
 class Guard:
     """The crash journal and the watchdog of one stage's operator, in one worker process.
 
-    Usage per block: ``whole = guard.block(n, first_key, last_key)``; if ``whole``, run the block's units as usual
-    (``guard.call`` around each user call); otherwise for each unit ``status = guard.unit(key)``:
-    a status is the unit's FAILED status (do not run it), None means run it with ``guard.call``,
-    then ``guard.done(key)``. ``guard.done_block()`` when the block is through.
+    Usage per block: ``whole = guard.block(n, first_key, last_key)``; if ``whole``, run the block's
+    units as usual (``guard.call`` around each user call); otherwise for each unit, inside
+    ``with guard.alone():``, ``status = guard.unit(key)``: a status is the unit's FAILED status (do
+    not run it), None means run it with ``guard.call``, then ``guard.done(key)``.
+    ``guard.done_block()`` when the block is through.
     """
 
     def __init__(
@@ -83,6 +148,7 @@ class Guard:
         self._ended: list[str] = []  # finished keys, reported with the next attempt
         self._block: str | None = None
         self._current: str | None = None  # the key a user call runs under (for the watchdog)
+        self._alone = False  # inside alone(): this guard's thread runs alone in the process
 
     @classmethod
     def of(cls, stage: Any, journal: Any, *, watchdog: bool) -> Guard:
@@ -137,6 +203,22 @@ class Guard:
         self._ended.append(key)
         self._current = self._block
 
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Run one unit of an isolated block alone in this process (see the module's docstring)."""
+        if not self._active:
+            yield
+            return
+        with _GATE.alone():
+            self._alone = True
+            try:
+                yield
+            finally:
+                self._alone = False
+                if _concurrent and self._ended:
+                    ended, self._ended = self._ended, []
+                    self._journal.attempt(self._stage, None, ended)
+
     def done_block(self) -> None:
         """The block is through (its end goes with the next attempt of this process)."""
         if self._block is not None:
@@ -145,13 +227,14 @@ class Guard:
 
     def call(self, fn: Callable[..., R], *args: Any) -> R:
         """``fn(*args)`` under the stage's timeout (none in-process or without ``timeout_s``)."""
-        if self._timeout is None:
-            return fn(*args)
-        self.tick()
-        try:
-            return fn(*args)
-        finally:
-            self.pause()
+        with contextlib.nullcontext() if self._alone else _GATE.shared():
+            if self._timeout is None:
+                return fn(*args)
+            self.tick()
+            try:
+                return fn(*args)
+            finally:
+                self.pause()
 
     def tick(self) -> None:
         """Start the clock (again): a call, or an expansion's wait for its next child, from here."""
@@ -166,12 +249,11 @@ class Guard:
 
 
 class _Watchdog:
-    """One thread per process: ends the process when an armed deadline passes."""
+    """One thread per process: ends the process when a deadline armed by any thread passes."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._deadline: float | None = None
-        self._on_expire: Callable[[], Any] | None = None
+        self._armed: dict[int, tuple[float, Callable[[], Any]]] = {}  # by thread id
         self._thread: threading.Thread | None = None
 
     def arm(self, seconds: float, on_expire: Callable[[], Any]) -> None:
@@ -181,27 +263,36 @@ class _Watchdog:
                     target=self._run, name="lineage-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._deadline = time.monotonic() + seconds
-            self._on_expire = on_expire
+            self._armed[threading.get_ident()] = (time.monotonic() + seconds, on_expire)
+            self._backstop()
             self._cond.notify()
-        faulthandler.dump_traceback_later(seconds + _BACKSTOP_S, exit=True)
 
     def disarm(self) -> None:
-        faulthandler.cancel_dump_traceback_later()
         with self._cond:
-            self._deadline = None
-            self._on_expire = None
+            self._armed.pop(threading.get_ident(), None)
+            self._backstop()
+
+    def _backstop(self) -> None:
+        """Faulthandler's one C-level timer, after the latest deadline (it is one per process)."""
+        if not self._armed:
+            faulthandler.cancel_dump_traceback_later()
+            return
+        latest = max(deadline for deadline, _ in self._armed.values())
+        wait = max(0.0, latest - time.monotonic())
+        faulthandler.dump_traceback_later(wait + _BACKSTOP_S, exit=True)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._deadline is None or time.monotonic() < self._deadline:
-                    wait = None if self._deadline is None else self._deadline - time.monotonic()
-                    self._cond.wait(wait)
-                on_expire = self._on_expire
+                while True:
+                    now = time.monotonic()
+                    first = min(self._armed.values(), default=None, key=lambda a: a[0])
+                    if first is not None and now >= first[0]:
+                        break
+                    self._cond.wait(None if first is None else first[0] - now)
+                on_expire = first[1]
             try:
-                if on_expire is not None:
-                    on_expire()  # journal the timeout, so the retry fails the unit
+                on_expire()  # journal the timeout, so the retry fails the unit
             finally:
                 os._exit(TIMEOUT_EXIT_CODE)
 

@@ -47,11 +47,13 @@ def build_op(
     rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
     holders: Any = None,
     watchdog: bool = False,
+    fn: Any = None,
 ) -> ExpandOp | RowStageOp | ReduceOp:
     """The operator for stage ``index`` of ``plan``, talking to ``coordinator``.
 
     A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`). ``watchdog``: enforce
-    the stage's ``timeout_s`` by ending the process (in a Ray worker; see :mod:`guard`).
+    the stage's ``timeout_s`` by ending the process (in a Ray worker; see :mod:`guard`). ``fn``: a 1:1
+    stage's user callable, already built (shared by the operators of one actor's threads).
     """
     stage = plan.stages[index]
     match stage:
@@ -75,6 +77,6 @@ def build_op(
                 watchdog=watchdog,
             )
         case MapBatches() | MapRows() | Filter():
-            return RowStageOp(stage, index, coordinator, watchdog=watchdog)
+            return RowStageOp(stage, index, coordinator, watchdog=watchdog, fn=fn)
         case _:
             assert_never(stage)

@@ -36,7 +36,9 @@ class RowStageOp:
         coordinator: Any,
         *,
         watchdog: bool = False,
+        fn: Callable[..., Any] | None = None,
     ) -> None:
+        """``fn``: the user's callable already built (operators of one actor's threads share it)."""
         self._stage = stage
         self._index = index
         self._coordinator = coordinator
@@ -47,7 +49,7 @@ class RowStageOp:
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._isolate: Callable[[int], str] | None = None  # a block's unit keys, while isolated
-        fn = stage.call.bind()
+        fn = fn if fn is not None else stage.call.bind()
         # A block of several of the stage's batches (a CPU function's, see _core.blocks) is one
         # hand-off and one commit (a source block: one pass over its lineage columns); the function
         # still gets ``batch_size`` rows at a time.
@@ -150,12 +152,13 @@ class RowStageOp:
         results = []
         for j, i in enumerate(rows):
             key = key_of(i)
-            status = self._guard.unit(key)
-            if status is not None:
-                results.append(failed_rows(1, status))
-                continue
-            results.append(self._call(table.slice(j, 1)))
-            self._guard.done(key)
+            with self._guard.alone():
+                status = self._guard.unit(key)
+                if status is None:
+                    results.append(self._call(table.slice(j, 1)))
+                    self._guard.done(key)
+                else:
+                    results.append(failed_rows(1, status))
         return merge_all(results, self._stage.name)
 
     def _run_fenced(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -157,7 +160,7 @@ class BatchCaller:
         )
 
     def _once(self, table: pa.Table) -> BatchResult:
-        output = self._fn(to_format(table, self._format))
+        output = awaited(self._fn(to_format(table, self._format)))
         return from_output(output, self._stage, table.num_rows)
 
 
@@ -249,7 +252,7 @@ class RowCaller:
         return BatchResult(_table(columns, len(rows), statuses, self._stage), statuses, group)
 
     def _one(self, row: dict) -> tuple[dict | None, Status, bool]:
-        value, failure = self._policy.call(self._fn, row, on="a row")
+        value, failure = self._policy.call(_awaiting(self._fn), row, on="a row")
         if failure is not None:
             return None, failure, False
         if is_failure(value):
@@ -268,3 +271,31 @@ class RowCaller:
             is_group = isinstance(failure, GroupFailure)
             return None, outcomes.from_value(failure, self._stage), is_group
         return dict(value), outcomes.PRESENT, False
+
+
+# One event loop per process for user functions that are coroutines (``async def __call__``), in a
+# daemon thread: the calls of every thread of an actor (several batches in flight) share it, as an
+# async engine (vLLM's) needs one loop for all its requests.
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def awaited(value: Any) -> Any:
+    """``value``, or its result when it is awaitable (run on the process's user-code loop)."""
+    if not inspect.isawaitable(value):
+        return value
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="lineage-udf-loop", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(_as_coroutine(value), _loop).result()
+
+
+async def _as_coroutine(value: Any) -> Any:
+    return await value
+
+
+def _awaiting(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose awaitable results are awaited (see :func:`awaited`)."""
+    return lambda *args: awaited(fn(*args))

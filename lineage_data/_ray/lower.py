@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import inspect
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +21,7 @@ from lineage_data._core import columns as C
 from lineage_data._core.blocks import batches_per_block, cuts_source_blocks
 from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.errors import WorkerCrashedError
+from lineage_data._core.guard import set_concurrent
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import (
@@ -27,7 +31,7 @@ from lineage_data._core.source import (
     items_table,
     with_lineage,
 )
-from lineage_data._core.stages import AnyStage, Expand, MapBatches
+from lineage_data._core.stages import AnyStage, Expand, Filter, MapBatches, MapRows
 from lineage_data._core.terminal import TerminalOp
 
 try:  # Ray Data's context of the running map task (internal; the digest alone where it moved)
@@ -38,6 +42,8 @@ try:  # Ray's combine also joins its extension (tensor) columns; pyarrow's where
     from ray.data._internal.arrow_ops.transform_pyarrow import combine_chunks as _combine_extension
 except ImportError:  # pragma: no cover - another Ray version
     _combine_extension = pa.Table.combine_chunks
+
+R = TypeVar("R")
 
 # Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
 # small machine fractional-CPU tasks start many more worker processes and were 5x slower here.
@@ -63,39 +69,67 @@ class _Step:
     holders: Any = None
     terminal: bool = False
 
-    def build(self) -> Callable[[pa.Table], Any]:
+    def build(self, fn: Any = None) -> Callable[[pa.Table], Any]:
+        """The stage's operator; ``fn``: its 1:1 user callable, already built (see :meth:`bind`)."""
         stage = self.plan.stages[self.index]
         client = self.client.for_stage(stage.name)
-        # A callable class is built here, in its actor: a constructor that kills its process every
-        # time would be restarted by Ray without end. Each attempt is journaled under the actor's id
-        # (the same across its restarts); past max_crash_retries the stage fails, typed.
-        journaled = stage.call.is_class and hasattr(client, "attempt")  # (a flat plan: no journal)
-        actor = ray.get_runtime_context().get_actor_id() if journaled else None
-        key = f"constructor of actor {actor}"
-        if actor is not None:
-            crashes, _ = client.attempt(stage.name, key, ())
-            if crashes > stage.max_crash_retries:
-                times = "once" if crashes == 1 else f"{crashes} times"
-                raise WorkerCrashedError(
-                    f"stage {stage.name!r}: the actor died {times} while its callable class "
-                    f"{stage.call.fn.__name__!r} was being built (a crash in its constructor)"
-                )
-        op = build_op(
-            self.plan,
-            self.index,
-            client,
-            rows_per_block=self.rows_per_block,
-            holders=self.holders,
-            watchdog=True,
-        )
-        if actor is not None:
-            client.attempt(stage.name, None, (key,))
+        if fn is not None:
+            op: Any = build_op(
+                self.plan,
+                self.index,
+                client,
+                rows_per_block=self.rows_per_block,
+                watchdog=True,
+                fn=fn,
+            )
+        else:
+            op = _constructing(
+                stage,
+                client,
+                lambda: build_op(
+                    self.plan,
+                    self.index,
+                    client,
+                    rows_per_block=self.rows_per_block,
+                    holders=self.holders,
+                    watchdog=True,
+                ),
+            )
         if not self.terminal:
             return op
         end = TerminalOp(self.plan.level)
         if isinstance(self.plan.stages[self.index], Expand):
             return lambda batch: (end(block) for block in op(batch))
         return lambda batch: end(op(batch))
+
+    def bind(self) -> Any:
+        """The user callable of this (1:1) stage, built once for the operators of an actor's threads."""
+        stage = self.plan.stages[self.index]
+        return _constructing(stage, self.client.for_stage(stage.name), stage.call.bind)
+
+
+def _constructing(stage: AnyStage, client: Any, make: Callable[[], R]) -> R:
+    """``make()``, which builds the stage's callable class: journaled, bounded when it crashes.
+
+    A callable class is built in its actor: a constructor that kills its process every time would be
+    restarted by Ray without end. Each attempt is journaled under the actor's id (the same across its
+    restarts); past max_crash_retries the stage fails, typed.
+    """
+    journaled = stage.call.is_class and hasattr(client, "attempt")  # (a flat plan: no journal)
+    actor = ray.get_runtime_context().get_actor_id() if journaled else None
+    key = f"constructor of actor {actor}"
+    if actor is not None:
+        crashes, _ = client.attempt(stage.name, key, ())
+        if crashes > stage.max_crash_retries:
+            times = "once" if crashes == 1 else f"{crashes} times"
+            raise WorkerCrashedError(
+                f"stage {stage.name!r}: the actor died {times} while its callable class "
+                f"{stage.call.fn.__name__!r} was being built (a crash in its constructor)"
+            )
+    built = make()
+    if actor is not None:
+        client.attempt(stage.name, None, (key,))
+    return built
 
 
 class _Shipped:
@@ -124,25 +158,74 @@ class _Shipped:
         return step
 
 
-def _actor_class(shipped: _Shipped, generator: bool) -> type:
-    """A callable class holding one operator (built once per actor). Built here, not in a loop."""
+def _actor_class(shipped: _Shipped, generator: bool, threads: int = 1) -> type:
+    """A callable class holding one operator (built once per actor). Built here, not in a loop.
+
+    ``threads`` > 1: Ray calls the actor from that many threads at once (several batches in flight);
+    each thread gets an operator of its own, all sharing the one user callable built here.
+    """
 
     class StageActor:
         def __init__(self) -> None:
-            self._run = shipped.get().build()
+            step = shipped.get()
+            if threads > 1:
+                set_concurrent()
+                self._fn = step.bind()
+                self._step = step
+                self._local = threading.local()
+            self._run = step.build(self._fn) if threads > 1 else step.build()
+            self._spare: Any = self._run  # the first thread to call takes the operator built here
+
+        def _op(self) -> Callable[[pa.Table], Any]:
+            if threads == 1:
+                return self._run
+            run = getattr(self._local, "run", None)
+            if run is None:
+                run, self._spare = self._spare, None  # one thread wins the spare (atomic swap)
+                self._local.run = run = run or self._step.build(self._fn)
+            return run
 
         if generator:
 
             def __call__(self, batch: pa.Table) -> Any:
-                yield from self._run(batch)
+                yield from self._op()(batch)
 
         else:
 
             def __call__(self, batch: pa.Table) -> Any:
-                return self._run(batch)
+                return self._op()(batch)
 
     StageActor.__name__ = StageActor.__qualname__ = shipped.name
     return StageActor
+
+
+def batches_in_flight(stage: AnyStage, compute: Any) -> int:
+    """How many batches one actor of ``stage`` runs at once, by Ray Data's own rule.
+
+    ``ActorPoolStrategy(max_concurrent_calls_per_actor=k)`` runs k calls of an actor at once when its
+    ``__call__`` is a coroutine function, or when ``enable_true_multi_threading=True``; otherwise
+    one at a time. Only a 1:1 stage (``map_batches``, ``map``, ``filter``) runs several at once here:
+    an expansion or a reduce holds per-actor order, so it always runs one.
+    """
+    k = getattr(compute, "max_concurrent_calls_per_actor", None) or 1
+    if k <= 1 or not isinstance(stage, MapBatches | MapRows | Filter):
+        return 1
+    call = inspect.getattr_static(stage.call.fn, "__call__", None) if stage.call.is_class else None
+    is_async = inspect.iscoroutinefunction(call)
+    return k if is_async or compute.enable_true_multi_threading else 1
+
+
+def _threaded(compute: Any, threads: int) -> Any:
+    """``compute`` for our (synchronous) actor class: true threads when ``threads`` > 1, else none."""
+    if compute.enable_true_multi_threading == (threads > 1):
+        return compute
+    compute = copy.copy(compute)
+    compute._enable_true_multi_threading = threads > 1
+    if threads > 1 and (compute.max_tasks_in_flight_per_actor or 0) < threads:
+        compute.max_tasks_in_flight_per_actor = max(
+            threads, ray.data.DataContext.get_current().max_tasks_in_flight_per_actor or 0
+        )
+    return compute
 
 
 # Operators of task-based steps, built once per worker process and pass (a task worker runs one task
@@ -209,7 +292,12 @@ def lower_stage(
     generator = isinstance(stage, Expand)
     compute = compute_strategy(stage)
     actors = isinstance(compute, ActorPoolStrategy)
-    fn = _actor_class(shipped, generator) if actors else _task_fn(shipped, generator)
+    if actors:
+        threads = batches_in_flight(stage, compute)
+        compute = _threaded(compute, threads)
+        fn: Any = _actor_class(shipped, generator, threads)
+    else:
+        fn = _task_fn(shipped, generator)
     # A reduce takes whole blocks: each reduces the parents its block completes; partial groups
     # wait in the stage's hash-partitioned holder actors.
     batch_size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
