@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit lint demo bench clean
+.PHONY: install test test-unit lint docs demo bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check lineage_data connectors tests bench examples
 	$(BIN)/mypy
 
+# The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link or reference.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo
 
@@ -32,4 +36,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench all --scale smoke
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache site
