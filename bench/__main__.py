@@ -13,11 +13,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import coordinator, faults, longtail, ocr, overhead, poison, realpdf, smallparents
+from bench import (
+    coordinator,
+    faults,
+    longtail,
+    ocr,
+    overhead,
+    poison,
+    realpdf,
+    server,
+    smallparents,
+)
 from bench.common import log
 from bench.measure import RESULTS_DIR, start_ray, warm_up
 
-BENCHES = ("longtail", "poison", "overhead", "coordinator", "smallparents", "realpdf", "ocr")
+BENCHES = (
+    "longtail",
+    "poison",
+    "overhead",
+    "coordinator",
+    "smallparents",
+    "realpdf",
+    "ocr",
+    "server",
+)
 # Not part of ``all``: it SIGKILLs processes of the Ray instance it runs on.
 EXTRA = ("faults",)
 GPUS = 4
@@ -41,6 +60,8 @@ def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return realpdf.run(
             args.scale, out, seed=args.seed, input_dir=args.input, keep_images=args.keep_images
         )
+    if name == "server":
+        return server.run(args.scale, out, seed=args.seed)
     if name == "smallparents":
         return smallparents.run(args.scale, out, seed=args.seed)
     return coordinator.run(args.scale, out, seed=args.seed)

@@ -101,6 +101,8 @@ class OpenAIChatStage:
         image_column: Column of encoded image bytes, or ``None``.
         frames_column: Column of lists of encoded frames (video clips), or ``None``.
         output_column: Name of the reply-text column.
+        keep_columns: Columns of the batch copied to the output unchanged (``map_batches`` keeps
+            only the columns its function returns, in Ray Data as here).
         sampling_params: Extra fields of the request body (``max_tokens``, ``temperature``, ...).
         api_key: The bearer token; ``None`` reads the environment variable ``api_key_env``
             (no ``Authorization`` header when that is unset too).
@@ -126,6 +128,7 @@ class OpenAIChatStage:
         image_column: str | None = None,
         frames_column: str | None = None,
         output_column: str = "generation",
+        keep_columns: Sequence[str] = (),
         sampling_params: Mapping[str, Any] | None = None,
         api_key: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
@@ -147,6 +150,11 @@ class OpenAIChatStage:
         self._system = system_prompt
         self._image_column, self._frames_column = image_column, frames_column
         self._output_column = output_column
+        self._keep = tuple(keep_columns)
+        if clash := sorted(
+            {output_column, NUM_PROMPT_TOKENS, NUM_GENERATED_TOKENS} & set(self._keep)
+        ):
+            raise ValueError(f"keep_columns {clash} clash with the output columns")
         self._body = {"model": model, **dict(sampling_params or {})}
         self._url = base_url.rstrip("/") + "/chat/completions"
         if urlsplit(self._url).password is not None:
@@ -179,7 +187,8 @@ class OpenAIChatStage:
             ValueError: The batch lacks a column the stage is configured to read.
         """
         wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
-        columns, num_rows = batch_columns(batch, wanted | self._fields, "OpenAIChatStage")
+        wanted |= self._fields | set(self._keep)
+        columns, num_rows = batch_columns(batch, wanted, "OpenAIChatStage")
         values: list[Any] = [None] * num_rows
         prompt_tokens: list[int | None] = [None] * num_rows
         generated_tokens: list[int | None] = [None] * num_rows
@@ -195,6 +204,7 @@ class OpenAIChatStage:
             for row, (value, prompt, generated) in future.result().items():
                 values[row], prompt_tokens[row], generated_tokens[row] = value, prompt, generated
         return {
+            **{name: columns[name] for name in self._keep},
             self._output_column: values,
             NUM_PROMPT_TOKENS: prompt_tokens,
             NUM_GENERATED_TOKENS: generated_tokens,

@@ -92,6 +92,8 @@ class _App:
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.first_at: float | None = None  # wall clock of the first request's arrival
+        self.last_at: float | None = None  # and of the last answer's
         self.attempts: Counter[str] = Counter()
 
     async def chat(self, request: Any) -> Any:
@@ -106,6 +108,7 @@ class _App:
         except (ValueError, json.JSONDecodeError) as exc:
             return _error(web, 400, f"bad request: {exc}", "invalid_request_error")
         self.requests += 1
+        self.first_at = self.first_at or time.time()
         self.attempts[text] += 1
         attempt = self.attempts[text]
         extra_s = 0.0
@@ -129,6 +132,7 @@ class _App:
                 await asyncio.sleep(self.latency_s + extra_s)
             finally:
                 self.in_flight -= 1
+        self.last_at = time.time()
         answer = reply_text(text, images)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         finish = "stop"
@@ -166,6 +170,8 @@ class _App:
                 "requests": self.requests,
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
+                "first_at": self.first_at,
+                "last_at": self.last_at,
                 "prompts": dict(self.attempts),
             }
         )

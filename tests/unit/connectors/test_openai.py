@@ -66,6 +66,13 @@ def test_template_system_prompt_and_images_reach_the_server(server):
     assert out["generation"] == [reply_text("Describe a.", 1), reply_text("Describe b.", 2)]
 
 
+def test_keep_columns_pass_through_and_may_not_clash(server):
+    out = stage(server, keep_columns=["doc"])(pa.table({"doc": ["a", "b"], "text": ["x", "y"]}))
+    assert out["doc"] == ["a", "b"] and out["generation"] == [reply_text("x"), reply_text("y")]
+    with pytest.raises(ValueError, match="clash"):
+        stage(server, keep_columns=["generation"])
+
+
 def test_a_row_whose_media_is_not_an_image_fails_alone_and_sends_nothing(server):
     batch = pa.table({"text": ["ok", "bad", "none"], "image": [png(), b"not an image", None]})
     out = stage(server, image_column="image")(batch)
