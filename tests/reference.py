@@ -222,8 +222,12 @@ class NestedReference:
         return [(f"{node}/{i}", child_row(node, depth, i)) for i in range(n)]
 
     def _learn(self, depth, row):
-        """Columns the run establishes at ``depth``: those with a value of a decided type."""
-        self.known[depth].update(dict.fromkeys(k for k, v in row.items() if _decided(v)))
+        """Columns the run knows at ``depth``: every column of a PRESENT row there.
+
+        A column known only as ``[]`` (the list column of an inner empty group) or ``None`` counts too:
+        it is a column of that level, so an empty group above lists it as ``[]``.
+        """
+        self.known[depth].update(dict.fromkeys(row))
 
     def entity(self, node, row, depth, m):
         """(outcome, cause, stage, row) of ``node`` at ``depth`` once everything below is reduced."""
@@ -305,14 +309,6 @@ class NestedReference:
                 if deeper is not None:
                     found.append(deeper)
         return min(found) if found else None
-
-
-def _decided(value):
-    if value is None:
-        return False
-    if isinstance(value, list):
-        return any(_decided(v) for v in value)
-    return True
 
 
 def _freeze(value):

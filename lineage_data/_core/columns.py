@@ -518,13 +518,16 @@ class EstablishedTypes:
     first block that shows a column (with a decided type) establishes its type for the stage, through
     ``coordinator.establish_types(stage, {column: token})``, and later rows whose values do not unify
     with it fail, their root with them. Established types are cached here: the coordinator is asked
-    only when a column this operator has not seen yet appears.
+    only when a column this operator has not seen yet appears. A column shown with no decided type
+    (only ``None`` or ``[]`` so far) establishes nothing but is noted (``coordinator.note_columns``):
+    it is a column of the stage all the same, which an empty group of its rows reduces to ``[]``.
     """
 
     def __init__(self, coordinator: Any, stage: str) -> None:
         self._coordinator = coordinator
         self._stage = stage
         self._known: dict[str, pa.DataType] = {}
+        self._noted: set[str] = set()  # columns noted with no decided type
         # the last schema that needed nothing (an established type never changes)
         self._fits: pa.Schema | None = None
 
@@ -560,17 +563,31 @@ class EstablishedTypes:
             and field.name not in self._known
             and is_decided(field.type)
         }
-        if not new:
-            return table, failed
-        answer = self._coordinator.establish_types(self._stage, new)
-        redo = False
-        for name, token in answer.items():
-            established = token_type(token)
-            self._known[name] = established
-            redo = redo or unify_types(established, table.schema.field(name).type) is None
-        if redo:
-            table, failed = build()
+        if new:
+            answer = self._coordinator.establish_types(self._stage, new)
+            redo = False
+            for name, token in answer.items():
+                established = token_type(token)
+                self._known[name] = established
+                redo = redo or unify_types(established, table.schema.field(name).type) is None
+            if redo:
+                table, failed = build()
+        self._note_open(table.schema)
         return table, failed
+
+    def _note_open(self, schema: pa.Schema) -> None:
+        """Note the user columns of ``schema`` with no decided type that neither cache knows (one call)."""
+        open_ = [
+            f.name
+            for f in schema
+            if f.name not in self._known
+            and f.name not in self._noted
+            and not is_reserved(f.name)
+            and not is_decided(f.type)
+        ]
+        if open_:
+            self._coordinator.note_columns(self._stage, open_)
+            self._noted.update(open_)
 
     def conform_table(self, table: pa.Table) -> tuple[pa.Table, dict[int, str]]:
         """``table`` (user columns) cast to the established types; rows whose values do not fit fail.
@@ -589,6 +606,7 @@ class EstablishedTypes:
         if new:
             for name, token in self._coordinator.establish_types(self._stage, new).items():
                 self._known[name] = token_type(token)
+        self._note_open(schema)
         failed: dict[int, str] = {}
         for index, f in enumerate(table.schema):
             established = self._known.get(f.name)

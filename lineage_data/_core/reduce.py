@@ -175,7 +175,7 @@ class ReduceOp:
         self._policy = CallPolicy(stage.name, stage.on_error, invoke=self._guard.call)
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._children_of = children_of  # the stage whose columns the children carry
-        self._known: list[str] | None = None  # its established columns, asked once per batch
+        self._known: list[str] | None = None  # the columns its rows showed, asked once per batch
         self._user_keys: dict[tuple, tuple[str, ...]] = {}  # a row's keys -> its user columns
 
     def __call__(self, table: pa.Table) -> pa.Table:

@@ -102,6 +102,8 @@ class LineageState:
         self._blocks: set[str] = set()
         self._counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._types: dict[str, dict[str, str]] = {}  # stage -> column -> first type seen
+        # stage -> every user column its rows showed, typed or not, first seen first
+        self._columns: dict[str, dict[str, None]] = {}
         self._attempts: dict[tuple[str, str], list[int]] = {}  # (stage, key) -> begun, ended, hung
         self._reports = 0
 
@@ -319,13 +321,28 @@ class LineageState:
         only for columns they have not cached yet, so a run makes a few calls per stage, not per batch.
         """
         self._reports += 1
+        self._columns.setdefault(stage, {}).update(dict.fromkeys(types))
         known = self._types.setdefault(stage, {})
         return {name: known.setdefault(name, token) for name, token in types.items()}
 
-    def established(self, stage: str) -> list[str]:
-        """The columns whose type is established for ``stage`` (what its rows can carry), in order."""
+    def note_columns(self, stage: str, names: Sequence[str]) -> None:
+        """Record columns ``stage``'s rows showed with no decided type yet (only ``None`` or ``[]``).
+
+        Such a column establishes no type, but it is a column of the stage all the same: an empty group
+        reduced from the stage's rows lists it as ``[]`` (see :meth:`established`).
+        """
         self._reports += 1
-        return list(self._types.get(stage, {}))
+        self._columns.setdefault(stage, {}).update(dict.fromkeys(names))
+
+    def established(self, stage: str) -> list[str]:
+        """Every column ``stage``'s rows have shown, in first-seen order: typed or not.
+
+        What an empty group of children from ``stage`` reduces to ``[]`` (DESIGN §5, issue 13). A column
+        seen only as ``None`` or ``[]`` (an inner empty group's list column) counts: an empty group
+        without it would come back with a missing column, or ``None`` in a block it shares.
+        """
+        self._reports += 1
+        return list(self._columns.get(stage, {}))
 
 
 def derived_counts(

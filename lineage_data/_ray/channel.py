@@ -67,6 +67,7 @@ METHODS: tuple[str, ...] = (
     "snapshot",
     "attempt",
     "hung",
+    "note_columns",
 )
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 

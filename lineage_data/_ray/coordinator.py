@@ -189,6 +189,9 @@ class CoordinatorClient:
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:  # noqa: D102
         return self._call("establish_types", stage, types)
 
+    def note_columns(self, stage: str, names: Sequence[str]) -> None:  # noqa: D102
+        self._call("note_columns", stage, list(names))
+
     def established(self, stage: str) -> list[str]:  # noqa: D102
         return self._call("established", stage)
 

@@ -60,6 +60,9 @@ class TypeStore:
             out[column] = first.decode() if first is not None else token
         return out
 
+    def note_columns(self, stage: str, names: Sequence[str]) -> None:
+        """Nothing to keep: a flat plan has no reduce, so no empty group asks for its columns."""
+
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
         """:meth:`LineageState.attempt <lineage_data._core.state.LineageState.attempt>`, per node."""
         return _journal(self._run_id).attempt(stage, key, ended)
