@@ -4,7 +4,8 @@ Documents with long-tailed page counts; every page is one chat-completions reque
 (:class:`connectors.openai.OpenAIChatStage`) to :class:`connectors.testing.chat_server.ChatServer`
 in its own process, which answers each request after a fixed ``LATENCY_S`` and serves at most
 ``SERVER_CAP`` requests at once (the rest queue, as a model server's scheduler does). The stage runs
-on a pool of ``ACTORS`` actors with ``MAX_CONCURRENCY`` requests in flight each, so the ideal request
+on a pool of ``ACTORS`` actors with ``MAX_CONCURRENCY`` requests in flight each (``CALLS_PER_ACTOR``
+batches at once per actor, Ray Data's ``max_concurrent_calls_per_actor``), so the ideal request
 rate is ``min(SERVER_CAP, ACTORS * MAX_CONCURRENCY) / LATENCY_S``. Two systems, one Ray instance, the
 same stage and server:
 
@@ -34,6 +35,9 @@ SERVER_CAP = 64
 ACTORS = 4
 MAX_CONCURRENCY = 16
 BATCH = 64  # rows per call of the stage: four rounds of its 16 requests
+# Batches in flight per actor (the stage's __call__ is a coroutine): the next batch's requests start
+# while the previous batch's last ones are out, within the actor's MAX_CONCURRENCY. The same in both.
+CALLS_PER_ACTOR = 2
 DOCS = {"smoke": 12, "small": 150, "full": 1000}
 REPEATS = {"smoke": 1, "small": 2, "full": 1}
 ORDER = ("ray_data", "lineage_data")
@@ -75,7 +79,7 @@ def _stage_args(base_url: str, keep: tuple[str, ...] = ()) -> dict[str, Any]:
         "fn": OpenAIChatStage,
         "batch_size": BATCH,
         "num_cpus": 0.25,
-        "compute": ActorPoolStrategy(size=ACTORS),
+        "compute": ActorPoolStrategy(size=ACTORS, max_concurrent_calls_per_actor=CALLS_PER_ACTOR),
         "fn_constructor_kwargs": {
             "base_url": base_url,
             "model": "echo",
@@ -194,6 +198,7 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         "actors": ACTORS,
         "max_concurrency": MAX_CONCURRENCY,
         "batch_size": BATCH,
+        "calls_per_actor": CALLS_PER_ACTOR,
         "repeats": REPEATS[scale],
         "notes": (__doc__ or "").strip(),
         "systems": systems,

@@ -4,13 +4,13 @@ r"""A model server as a batch stage: OpenAI-compatible chat completions over HTT
 ``POST {base_url}/chat/completions`` request to a server that speaks OpenAI's API (``vllm serve``,
 SGLang, a hosted endpoint); each actor keeps up to ``max_concurrency`` requests in flight, so a
 pool of N actors keeps N x ``max_concurrency`` in flight and the server's own batching does the
-rest::
+rest (two batches per actor keep its requests in flight across batch boundaries)::
 
     captions = clips.map_batches(
         OpenAIChatStage,
         batch_size=64,
-        concurrency=4,
         num_cpus=0.25,
+        compute=ray.data.ActorPoolStrategy(size=4, max_concurrent_calls_per_actor=2),
         fn_constructor_kwargs={
             "base_url": "http://vlm-server:8000/v1",
             "model": "Qwen/Qwen2.5-VL-7B-Instruct",
@@ -90,7 +90,7 @@ class OpenAIChatStage:
         >>> from connectors.testing.chat_server import ChatServer
         >>> with ChatServer() as server:
         ...     stage = OpenAIChatStage(server.base_url, "echo")
-        ...     stage(pa.table({"text": ["a page", "another page"]}))["generation"]
+        ...     stage.run(pa.table({"text": ["a page", "another page"]}))["generation"]
         ['echo: a page', 'echo: another page']
 
     Args:
@@ -179,8 +179,14 @@ class OpenAIChatStage:
     def __repr__(self) -> str:  # never the key
         return f"OpenAIChatStage({self.endpoint!r}, model={self._body['model']!r})"
 
-    def __call__(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    async def __call__(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
         """Send every row of ``batch``; the replies in row order.
+
+        A coroutine, so that an actor can hold several batches at once (Ray Data's
+        ``ActorPoolStrategy(max_concurrent_calls_per_actor=k)``): the requests of all of them share
+        the actor's ``max_concurrency``, and the next batch's requests start while the last ones of
+        the previous batch are still out. The requests themselves run on the stage's own event loop
+        (a thread of its own), so any caller's loop may await it; :meth:`run` is the blocking form.
 
         Raises:
             StageFailedError: The server cannot be reached, or refuses the key or the path.
@@ -201,7 +207,7 @@ class OpenAIChatStage:
                 bodies[row] = body
         if bodies:
             future = asyncio.run_coroutine_threadsafe(self._send_all(bodies), self._running_loop())
-            for row, (value, prompt, generated) in future.result().items():
+            for row, (value, prompt, generated) in (await asyncio.wrap_future(future)).items():
                 values[row], prompt_tokens[row], generated_tokens[row] = value, prompt, generated
         return {
             **{name: columns[name] for name in self._keep},
@@ -209,6 +215,11 @@ class OpenAIChatStage:
             NUM_PROMPT_TOKENS: prompt_tokens,
             NUM_GENERATED_TOKENS: generated_tokens,
         }
+
+    def run(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+        """:meth:`__call__`, blocking (for a caller without an event loop)."""
+        result: dict[str, list[Any]] = asyncio.run(self(batch))
+        return result
 
     def _request(self, columns: dict[str, list[Any]], row: int) -> bytes | RecordFailure:
         """The JSON body of one row's request, or why it cannot be built."""

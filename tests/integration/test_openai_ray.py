@@ -97,7 +97,7 @@ def test_no_request_is_sent_for_the_pages_of_a_document_failed_upstream(server):
     assert rows["gated-g"]["_lineage_outcome"] == "SUPPRESSED"
     assert rows["gated-g"]["_lineage_cause"].endswith("refused upstream")
     assert {d: rows[d]["_lineage_outcome"] for d in ("a", "large", "z")} == dict.fromkeys(
-        "a large z".split(), "PRESENT"
+        ["a", "large", "z"], "PRESENT"
     ), rows
     seen = server.stats()["prompts"]
     assert not [p for p in seen if p.startswith("gated-g")]

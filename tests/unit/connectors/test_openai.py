@@ -36,7 +36,7 @@ def png() -> bytes:
 
 def test_replies_come_back_in_row_order_with_token_counts(server):
     texts = [f"row {i}" for i in range(40)]
-    out = stage(server, max_concurrency=8)(pa.table({"text": texts}))
+    out = stage(server, max_concurrency=8).run(pa.table({"text": texts}))
     assert out["generation"] == [reply_text(t) for t in texts]
     assert out[NUM_PROMPT_TOKENS] == [len(t) for t in texts]
     assert out[NUM_GENERATED_TOKENS] == [len(reply_text(t)) for t in texts]
@@ -46,7 +46,7 @@ def test_replies_come_back_in_row_order_with_token_counts(server):
 def test_at_most_max_concurrency_requests_are_in_flight_and_that_many_are_reached(server):
     slow = ChatServer(latency_s=0.2, max_concurrency=64).start()
     try:
-        OpenAIChatStage(slow.base_url, "echo", max_concurrency=5)(
+        OpenAIChatStage(slow.base_url, "echo", max_concurrency=5).run(
             pa.table({"text": [str(i) for i in range(20)]})
         )
         assert slow.stats()["max_in_flight"] == 5
@@ -62,12 +62,12 @@ def test_template_system_prompt_and_images_reach_the_server(server):
         system_prompt="You are terse.",
         image_column="image",
         frames_column="frames",
-    )(batch)
+    ).run(batch)
     assert out["generation"] == [reply_text("Describe a.", 1), reply_text("Describe b.", 2)]
 
 
 def test_keep_columns_pass_through_and_may_not_clash(server):
-    out = stage(server, keep_columns=["doc"])(pa.table({"doc": ["a", "b"], "text": ["x", "y"]}))
+    out = stage(server, keep_columns=["doc"]).run(pa.table({"doc": ["a", "b"], "text": ["x", "y"]}))
     assert out["doc"] == ["a", "b"] and out["generation"] == [reply_text("x"), reply_text("y")]
     with pytest.raises(ValueError, match="clash"):
         stage(server, keep_columns=["generation"])
@@ -75,7 +75,7 @@ def test_keep_columns_pass_through_and_may_not_clash(server):
 
 def test_a_row_whose_media_is_not_an_image_fails_alone_and_sends_nothing(server):
     batch = pa.table({"text": ["ok", "bad", "none"], "image": [png(), b"not an image", None]})
-    out = stage(server, image_column="image")(batch)
+    out = stage(server, image_column="image").run(batch)
     assert out["generation"][0] == reply_text("ok", 1)
     assert out["generation"][1] == RecordFailure(
         "OpenAIChatStage: media item 0 is not a known image"
@@ -90,7 +90,7 @@ def test_a_row_whose_media_is_not_an_image_fails_alone_and_sends_nothing(server)
 )
 def test_transient_faults_are_retried_until_the_request_succeeds(server, marker, attempts):
     text = f"row {marker}"
-    out = stage(server)(pa.table({"text": [text, "plain"]}))
+    out = stage(server).run(pa.table({"text": [text, "plain"]}))
     assert out["generation"] == [reply_text(text), reply_text("plain")]
     assert server.stats()["prompts"][text] == attempts
 
@@ -106,7 +106,9 @@ def test_transient_faults_are_retried_until_the_request_succeeds(server, marker,
 )
 def test_a_fault_that_persists_fails_that_row_only_after_bounded_retries(server, marker, cause):
     text = f"row {marker}"
-    out = stage(server, max_retries=2, request_timeout_s=0.5)(pa.table({"text": ["a", text, "b"]}))
+    out = stage(server, max_retries=2, request_timeout_s=0.5).run(
+        pa.table({"text": ["a", text, "b"]})
+    )
     assert out["generation"][0] == reply_text("a") and out["generation"][2] == reply_text("b")
     failure = out["generation"][1]
     assert isinstance(failure, RecordFailure) and cause in failure.cause, failure
@@ -115,7 +117,7 @@ def test_a_fault_that_persists_fails_that_row_only_after_bounded_retries(server,
 
 
 def test_a_request_refused_as_its_own_fault_fails_at_once(server):
-    out = stage(server)(pa.table({"text": ["bad [[400]]"]}))
+    out = stage(server).run(pa.table({"text": ["bad [[400]]"]}))
     assert out["generation"] == [
         RecordFailure("OpenAIChatStage: HTTP 400 from the server: this prompt is refused")
     ]
@@ -124,14 +126,14 @@ def test_a_request_refused_as_its_own_fault_fails_at_once(server):
 
 def test_retry_after_is_honoured(server):
     start = time.monotonic()
-    stage(server, backoff_s=0.0, max_backoff_s=5)(pa.table({"text": ["x [[429:1:ra=0.6]]"]}))
+    stage(server, backoff_s=0.0, max_backoff_s=5).run(pa.table({"text": ["x [[429:1:ra=0.6]]"]}))
     assert time.monotonic() - start >= 0.6
 
 
 def test_a_wrong_key_stops_the_stage_without_showing_the_key(server):
     wrong = "sk-wrong-1234"
     with pytest.raises(StageFailedError, match="HTTP 401") as caught:
-        stage(server, api_key=wrong)(pa.table({"text": ["x"]}))
+        stage(server, api_key=wrong).run(pa.table({"text": ["x"]}))
     assert wrong not in str(caught.value) and KEY not in str(caught.value)
 
 
@@ -141,7 +143,7 @@ def test_an_unreachable_server_stops_the_stage_within_seconds(server):
     unreachable = OpenAIChatStage(base_url, "echo", api_key=KEY, backoff_s=0.1)
     start = time.monotonic()
     with pytest.raises(StageFailedError, match="cannot reach the model server") as caught:
-        unreachable(pa.table({"text": [str(i) for i in range(50)]}))
+        unreachable.run(pa.table({"text": [str(i) for i in range(50)]}))
     assert time.monotonic() - start < 30
     assert KEY not in str(caught.value) and KEY not in repr(unreachable)
     assert base_url.split("//")[1] in str(caught.value)
@@ -149,7 +151,9 @@ def test_an_unreachable_server_stops_the_stage_within_seconds(server):
 
 def test_the_key_is_read_from_the_environment(server, monkeypatch):
     monkeypatch.setenv("MY_KEY", KEY)
-    out = OpenAIChatStage(server.base_url, "echo", api_key_env="MY_KEY")(pa.table({"text": ["x"]}))
+    out = OpenAIChatStage(server.base_url, "echo", api_key_env="MY_KEY").run(
+        pa.table({"text": ["x"]})
+    )
     assert out["generation"] == [reply_text("x")]
 
 
@@ -157,6 +161,26 @@ def test_a_key_in_the_url_is_refused_without_showing_it():
     with pytest.raises(ValueError, match="api_key") as caught:
         OpenAIChatStage(f"http://user:{KEY}@127.0.0.1:1/v1", "echo")
     assert KEY not in str(caught.value)
+
+
+def test_batches_awaited_together_share_the_actor_s_max_concurrency():
+    import asyncio
+
+    slow = ChatServer(latency_s=0.2, max_concurrency=64).start()
+    try:
+        shared = OpenAIChatStage(slow.base_url, "echo", max_concurrency=6)
+
+        async def two_batches():
+            first = pa.table({"text": [f"a{i}" for i in range(4)]})
+            second = pa.table({"text": [f"b{i}" for i in range(4)]})
+            return await asyncio.gather(shared(first), shared(second))
+
+        first, second = asyncio.run(two_batches())
+        assert first["generation"] == [reply_text(f"a{i}") for i in range(4)]
+        assert second["generation"] == [reply_text(f"b{i}") for i in range(4)]
+        assert slow.stats()["max_in_flight"] == 6  # both batches at once, within the actor's cap
+    finally:
+        slow.stop()
 
 
 def test_options_that_contradict_each_other_are_refused():
