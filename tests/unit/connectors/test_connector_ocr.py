@@ -380,3 +380,13 @@ def test_importing_the_connector_loads_no_model_runtime_and_no_ray():
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_stages_build_their_sessions_with_onnxruntime_s_memory_arena_on(detect, recognize):
+    from rapidocr_onnxruntime.utils.infer_engine import OrtInferSession
+
+    sessions = [detect._ocr.text_det.infer.session, recognize._ocr.text_rec.session.session]
+    assert [s.get_session_options().enable_cpu_mem_arena for s in sessions] == [True, True]
+    assert [s.get_session_options().intra_op_num_threads for s in sessions] == [1, 1]
+    # the package's own default is left as it was for anyone else building a RapidOCR
+    assert OrtInferSession._init_sess_opts({}).enable_cpu_mem_arena is False
