@@ -118,4 +118,4 @@ def ocr_daft(paths: list[str], setup: Setup) -> Run:
         for batch in df.to_arrow_iter():
             yield pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
 
-    return consume("daft", batches)
+    return consume("daft", batches, store_interval_s=setup.store_interval_s)

@@ -76,7 +76,7 @@ def run(
         counts = page_counts(paths)
         pages = sum(counts.values())
         dpi = SCALES[scale]["dpi"]
-        setup = Setup(dpi=dpi)
+        setup = Setup(dpi=dpi, store_interval_s=1.0)
         cores = len(os.sched_getaffinity(0))
         log(
             f"ocr/{scale}: {len(paths)} PDFs, {pages} pages (max {max(counts.values())}), {dpi} dpi"
@@ -100,7 +100,12 @@ def run(
                     continue
             else:
                 key = None if system in FLOORS else "path"
-                runs[system] = consume(system, OCR[system](paths, setup), key=key)
+                runs[system] = consume(
+                    system,
+                    OCR[system](paths, setup),
+                    key=key,
+                    store_interval_s=setup.store_interval_s,
+                )
             log(f"{system}: {runs[system].wall_s:.1f}s")
     finally:
         clean(scratch)
