@@ -17,6 +17,7 @@ from lineage_data._core import columns as C
 from lineage_data._core.batching import rebatch
 from lineage_data._core.errors import LineageError, PlanError
 from lineage_data._core.guard import DEFAULT_MAX_CRASH_RETRIES
+from lineage_data._core.ledger import view
 from lineage_data._core.plan import MaterializedSource, Plan
 from lineage_data._core.stages import (
     BATCH_FORMATS,
@@ -49,10 +50,39 @@ DEFAULT_TAKE = 20
 
 @dataclass(frozen=True)
 class _Kept:
-    """The output of a materialized run: blocks in the Ray object store and the run's report."""
+    """The output of a materialized run: blocks in the Ray object store and the run's report.
+
+    At an open level the blocks hold group headers too (the plan goes on from them), and the rows of
+    roots that left no row at that level are kept apart (``stand_ins``): a consumer reads
+    :func:`~lineage_data._core.ledger.view` of each block, then those.
+    """
 
     refs: tuple[Any, ...]
     report: RunReport
+    level: int = 0
+    stand_ins: tuple[Any, ...] = ()
+
+    def tables(self) -> Iterator[pa.Table]:
+        """The kept output as a consumer of the run saw it (all columns, lineage included)."""
+        import ray
+
+        for ref in self.refs:
+            table = ray.get(ref)
+            yield view(table) if self.level else table
+        for ref in self.stand_ins:
+            yield ray.get(ref)
+
+    def dataset(self) -> ray.data.Dataset:
+        """The same as a Ray Dataset (already accounted: no lineage run)."""
+        import ray
+
+        refs: list[Any] = list(self.refs) or [ray.put(C.empty())]
+        ds: Any = ray.data.from_arrow_refs(refs)
+        if self.level:
+            ds = ds.map_batches(view, batch_format="pyarrow", batch_size=None)
+            if self.stand_ins:
+                ds = ds.union(ray.data.from_arrow_refs(list(self.stand_ins)))
+        return ds
 
 
 class LineageDataset:
@@ -88,12 +118,6 @@ class LineageDataset:
     def _then(
         self, cls: type[AnyStage], fn: Any, name: str | None, ray: Mapping[str, Any], **own: Any
     ) -> LineageDataset:
-        src = self._plan.source
-        if isinstance(src, MaterializedSource) and src.level and not self._plan.stages:
-            raise PlanError(
-                "this dataset was materialized at an open level; only a closed plan (level 0) can "
-                "be continued: reduce_lineage before materialize()"
-            )
         call, compute = from_options(fn, ray)
         stage = cls(
             name=name or self._plan.unique_name(fn, cls.kind),
@@ -416,11 +440,9 @@ class LineageDataset:
         when the plan's output is already known).
         """
         if self._kept is not None:
-            import ray
-
-            tables = [C.public(ray.get(ref)) for ref in self._kept.refs[:1]]
-            if tables:
-                return tables[0].schema
+            table = next(self._kept.tables(), None)
+            if table is not None:
+                return C.public(table).schema
         return self.limit(1).to_arrow().schema
 
     def columns(self) -> list[str]:
@@ -441,10 +463,8 @@ class LineageDataset:
     ) -> Iterator[pa.Table]:
         """Accounted output blocks as a user sees them. Nothing starts before the first ``next``."""
         if self._kept is not None:
-            import ray
-
-            for ref in self._kept.refs:
-                yield C.public(ray.get(ref), keep_lineage=keep_lineage)
+            for table in self._kept.tables():
+                yield C.public(table, keep_lineage=keep_lineage)
             return
         execution = self._execution()
         for table in execution.iter_tables(prefetch_batches=prefetch_batches):
@@ -586,11 +606,25 @@ class LineageDataset:
         """Run once and keep the output in the Ray object store.
 
         Returns a lineage dataset that every consumer reads again without re-running (its
-        :meth:`report` is this run's). A closed plan can be continued with more stages: its rows are
-        the new source, failed roots stay failed.
+        :meth:`report` is this run's), and that can be continued with more stages. A closed plan's
+        rows are the new source (failed roots stay failed). At an open level the plan goes on where
+        it was: ``expand -> map_batches(model) -> materialize()`` can then be reduced, filtered or
+        mapped further, as often as wanted, without running the model again; the outcomes and the
+        report are those of the whole plan run at once.
+
+        Example:
+            >>> import lineage_data as ld
+            >>> docs = ld.from_items([{"doc": "a", "n": 2}, {"doc": "b", "n": 1}], id_column="doc")
+            >>> pages = docs.expand_lineage(lambda d: ({"page": i} for i in range(d["n"])))
+            >>> kept = pages.map(lambda p: {"score": p["page"] * 10}).materialize()
+            >>> total = kept.reduce_lineage(lambda d, ps: {"total": sum(p["score"] for p in ps)})
+            >>> sorted((r["_lineage_root"], r["total"]) for r in total.take_all())
+            [('a', 10), ('b', 0)]
         """
         if self._kept is not None:
             return self
+        if self.level:
+            return self._materialize_open()
         import ray
 
         refs = tuple(
@@ -612,6 +646,42 @@ class LineageDataset:
             Plan(source, max_repair_attempts=self._plan.max_repair_attempts),
             kept=_Kept(refs, report),
         )
+
+    def _materialize_open(self) -> LineageDataset:
+        """:meth:`materialize` at an open level: every row kept, headers and parent rows included."""
+        import ray
+
+        from lineage_data._ray.execute import Execution
+
+        execution = Execution(self._plan, on_report=self._set_report, keep_parents=True)
+        refs, stand_ins = [], []
+        for rows, extra in execution.iter_kept():
+            if rows.num_rows:
+                refs.append(ray.put(rows))
+            if extra.num_rows:
+                stand_ins.append(ray.put(extra))
+        report = self.report()
+        plan = self._plan
+        roots = tuple(report.parents["root"].to_list())
+        if plan.source.roots is not None:  # in source order: take(n) picks the same n roots
+            delivered = set(roots)
+            roots = tuple(r for r in plan.source.roots if r in delivered)
+        source = MaterializedSource(
+            refs=tuple(refs),
+            id_column=C.ROOT,
+            level=self.level,
+            roots=roots,
+            done=len(plan.stages),
+            counts=tuple(
+                (stage, tuple(sorted(c.items()))) for stage, c in report.stage_counts().items()
+            ),
+            established=tuple(
+                (stage, tuple(names)) for stage, names in sorted(execution.columns().items())
+            ),
+        )
+        continued = Plan(source, plan.stages, max_repair_attempts=plan.max_repair_attempts)
+        kept = _Kept(tuple(refs), report, level=self.level, stand_ins=tuple(stand_ins))
+        return LineageDataset(continued, kept=kept)
 
     def write_parquet(self, path: str, *, keep_lineage: bool = True, **kwargs: Any) -> None:
         """Write with Ray Data's ``write_parquet`` (same arguments); the run is checked afterwards."""
@@ -652,11 +722,11 @@ class LineageDataset:
         keep_lineage: bool,
         prepare: Callable[[Any], Any] | None = None,
     ) -> None:
-        if self._kept is not None:
-            import ray
-
-            ds = ray.data.from_arrow_refs(list(self._kept.refs))
-            action(prepare(ds) if prepare else ds)  # already accounted: a plain Ray write
+        if self._kept is not None:  # already accounted: a plain Ray write of what a consumer sees
+            ds = self._kept.dataset().map_batches(
+                _public_batch, fn_kwargs={"keep_lineage": keep_lineage}, batch_format="pyarrow"
+            )
+            action(prepare(ds) if prepare else ds)
             return
         self._execution().write(action, prepare=prepare, keep_lineage=keep_lineage)
 
@@ -668,18 +738,14 @@ class LineageDataset:
         done by this class's own consumers.
         """
         if self._kept is not None:
-            import ray
-
-            return ray.data.from_arrow_refs(list(self._kept.refs)).map_batches(
-                _public_batch, batch_format="pyarrow"
-            )
+            return self._kept.dataset().map_batches(_public_batch, batch_format="pyarrow")
         from lineage_data._ray.execute import detached_dataset
 
         return detached_dataset(self._plan)
 
 
-def _public_batch(batch: pa.Table) -> pa.Table:
-    return C.public(batch)
+def _public_batch(batch: pa.Table, keep_lineage: bool = True) -> pa.Table:
+    return C.public(batch, keep_lineage=keep_lineage)
 
 
 def _check_format(batch_format: str | None) -> None:

@@ -109,6 +109,19 @@ class RunReport:
         """Roots that ended FAILED with a ``LostError`` cause (no repair pass delivered them)."""
         return int(self.extra.get("lost_roots", 0))
 
+    def stage_counts(self) -> dict[str, dict[str, int]]:
+        """Per stage, its rows by outcome (``"PRESENT"`` ...) and, for an expansion, ``"children"``.
+
+        The counts :meth:`from_snapshot` was built from (outcomes with no row left out).
+        """
+        out: dict[str, dict[str, int]] = {}
+        for row in self.stages.iter_rows(named=True):
+            counts = {o: row[o.lower()] for o in OUTCOME_COLUMNS if row[o.lower()]}
+            if row["children"] is not None:
+                counts["children"] = row["children"]
+            out[row["stage"]] = counts
+        return out
+
     @property
     def failures(self) -> pl.DataFrame:
         """Parents whose terminal row is not PRESENT, with cause and stage."""

@@ -145,11 +145,25 @@ class Ledger:
                 return table
             return table.take(pa.array(keep, pa.int64()))
         table = C.conform(table)
-        kept, stand_ins = self._take_open(table, now)
+        kept, _, stand_ins = self._take_open(table, now)
         out = table.take(pa.array(kept, pa.int64()))
         if stand_ins:
             out = C.concat([out, C.rows_to_table(stand_ins)])
         return out.drop_columns([C.SIZE, C.PARENT])
+
+    def take_kept(self, table: pa.Table, now: float | None = None) -> tuple[pa.Table, pa.Table]:
+        """Account one output batch of an open level, as :meth:`take`, for a run that is kept.
+
+        Returns the batch's first copies of every row, group headers included (what the plan can go
+        on from), and the stand-in rows of the roots it completed without a row of their own (what
+        a consumer sees beside the entities, see :func:`view`).
+        """
+        assert self.level, "a closed plan's rows are kept as they are delivered"
+        now = time.time() if now is None else now
+        table = C.conform(table)
+        kept, headers, stand_ins = self._take_open(table, now)
+        rows = table.take(pa.array(sorted(kept + headers), pa.int64()))
+        return rows, C.rows_to_table(stand_ins) if stand_ins else C.empty()
 
     def _take_closed(self, table: pa.Table, now: float) -> np.ndarray:
         """The rows of roots not delivered before (the first copy of each), recorded: all vectorized."""
@@ -220,9 +234,10 @@ class Ledger:
                 "blocks of the source dataset)"
             )
 
-    def _take_open(self, table: pa.Table, now: float) -> tuple[list[int], list[dict]]:
-        """Rows to keep, and one stand-in row per root completed here with no row of its own."""
+    def _take_open(self, table: pa.Table, now: float) -> tuple[list[int], list[int], list[dict]]:
+        """Entity rows to keep, headers seen first here, and a stand-in per root done without a row."""
         keep: list[int] = []
+        headers: list[int] = []
         stand_ins: list[dict] = []
         slots = self._index.find(table[C.ROOT])
         known = slots >= 0
@@ -251,6 +266,7 @@ class Ledger:
             part.seen.add((path, header))
             part.received[len(path)] += 1
             if header:
+                headers.append(i)
                 part.announced[len(path) + 1] += sizes[i]
                 if not path:
                     part.status = (outcomes[i], causes[i], stages[i])
@@ -271,7 +287,7 @@ class Ledger:
                 finished[root] = status
         if finished:
             self._record_statuses(list(finished), list(finished.values()), now)
-        return keep, stand_ins
+        return keep, headers, stand_ins
 
     def _slots(self, roots: pa.Array | pa.ChunkedArray | list[str]) -> np.ndarray:
         """The slots of ``roots``, new roots added (not expected, not done)."""
@@ -528,6 +544,25 @@ class TerminalRows(Mapping[str, TerminalRow]):
                 counts[(outcome, None)] -= 1
                 counts[(outcome, stage)] += 1
         return +counts
+
+
+def view(rows: pa.Table) -> pa.Table:
+    """Rows kept by :meth:`Ledger.take_kept` as a consumer sees them: entities, no bookkeeping."""
+    rows = C.conform(rows)
+    return rows.filter(pc.is_null(rows[C.SIZE])).drop_columns([C.SIZE, C.PARENT])
+
+
+def as_root_headers(rows: pa.Table) -> pa.Table:
+    """Terminal rows of roots that left nothing to go on from (lost ones) as their root headers.
+
+    A header with no child at the root's own path: a plan that goes on from the kept rows ends
+    such a root with this status, as the run that kept them did.
+    """
+    rows = C.conform(rows)
+    n = rows.num_rows
+    return rows.set_column(
+        rows.column_names.index(C.PATH), C.PATH, pa.array([[]] * n, C.TYPES[C.PATH])
+    ).set_column(rows.column_names.index(C.SIZE), C.SIZE, pa.array([0] * n, C.TYPES[C.SIZE]))
 
 
 def _stand_in_status(part: _Partial) -> tuple[str, str | None, str | None]:

@@ -67,12 +67,23 @@ class FilesSource(Source):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MaterializedSource(Source):
-    """The output blocks of an earlier run, kept in the Ray object store with their lineage columns."""
+    """The output blocks of an earlier run, kept in the Ray object store with their lineage columns.
+
+    At level 0 they are the run's terminal rows, which start a new plan. At an open level they are
+    the run's rows *before* accounting: every entity of that level and every group header on its way
+    (with the parent rows a reduce needs), so the plan that made them can go on: its first ``done``
+    stages are already applied (``Plan.stages`` keeps them, for the levels they opened and the
+    columns they carried); ``counts`` are what that run counted for them and ``established`` the
+    columns their rows showed (an empty group reduces to ``[]`` for each).
+    """
 
     kind: ClassVar[str] = "materialized"
 
     refs: tuple[Any, ...]
     level: int = 0
+    done: int = 0
+    counts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    established: tuple[tuple[str, tuple[str, ...]], ...] = ()  # stage -> the columns it showed
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +103,11 @@ class Plan:
         return self.stages[-1].level_out if self.stages else 0
 
     @property
+    def done(self) -> int:
+        """How many of the stages the source's rows have been through already (a materialized run)."""
+        return self.source.done if isinstance(self.source, MaterializedSource) else 0
+
+    @property
     def columns(self) -> frozenset[str] | None:
         """The user columns of the rows at the end of the plan, when known before the run.
 
@@ -108,7 +124,7 @@ class Plan:
         """Source-level 1:1 stages: they report nothing; their counts come from the terminal rows."""
         return tuple(
             s.name
-            for s in self.stages
+            for s in self.stages[self.done :]
             if s.level == 0 and isinstance(s, MapBatches | MapRows | Filter)
         )
 
@@ -119,7 +135,7 @@ class Plan:
         Such a plan needs no coordinator: its stages make no call, its counts come from the terminal
         rows, and a Ray Dataset source tags its rows with their block instead of registering them.
         """
-        return len(self.derived_stages()) == len(self.stages)
+        return not self.done and len(self.derived_stages()) == len(self.stages)
 
     def for_workers(self) -> Plan:
         """This plan without its source rows and root sets: what stage workers need (small)."""
@@ -198,16 +214,23 @@ class Plan:
         """The plan as text: levels, stages, options and carried columns."""
         src = self.source
         head = f"source {src.kind}"
-        if src.id_column:
-            head += f" (id_column={src.id_column!r})"
-        lines = [f"{head} -> level 0"]
+        if self.done:  # a run kept at an open level: the plan goes on from its rows
+            last = self.done - 1
+            head += f" (the rows after stage [{last}]) -> level {self.stages[last].level_out}"
+        else:
+            head += f" (id_column={src.id_column!r})" if src.id_column else ""
+            head += " -> level 0"
+        lines = [head]
         if self.exclude:
             lines.append(f"  skip {len(self.exclude)} root(s) already committed")
         if self.limit is not None:
             lines.append(f"  limit: the first {self.limit} root(s)")
         for i, stage in enumerate(self.stages):
             indent = "  " * (min(stage.level, stage.level_out) + 1)
-            lines.append(f"{indent}[{i}] {stage.kind.value} {stage.name!r}: {stage.describe()}")
+            kept = " (materialized)" if i < self.done else ""
+            lines.append(
+                f"{indent}[{i}] {stage.kind.value} {stage.name!r}: {stage.describe()}{kept}"
+            )
         if self.level:
             lines.append(
                 f"open levels at the end: {self.level} (rows are level-{self.level} entities)"

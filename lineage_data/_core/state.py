@@ -94,7 +94,8 @@ class LineageState:
         {0: 'bad'}
     """
 
-    def __init__(self) -> None:
+    def __init__(self, columns: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``columns``: what stages of an earlier run showed (see :meth:`established`), kept."""
         self.epoch = random.getrandbits(30) + 1
         self._generation = self.epoch << EPOCH_BITS
         self._parents: dict[ParentId, _Parent] = {}
@@ -103,7 +104,9 @@ class LineageState:
         self._counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._types: dict[str, dict[str, str]] = {}  # stage -> column -> first type seen
         # stage -> every user column its rows showed, typed or not, first seen first
-        self._columns: dict[str, dict[str, None]] = {}
+        self._columns: dict[str, dict[str, None]] = {
+            stage: dict.fromkeys(names) for stage, names in (columns or {}).items()
+        }
         self._attempts: dict[tuple[str, str], list[int]] = {}  # (stage, key) -> begun, ended, hung
         self._reports = 0
 
@@ -275,9 +278,10 @@ class LineageState:
         self._counts[stage].update(counts)
 
     def snapshot(self) -> dict:
-        """Per-stage counts, calls served, parents in flight and the epoch, as plain data."""
+        """Per-stage counts and columns, calls served, parents in flight and the epoch, as plain data."""
         return {
             "counts": {stage: dict(c) for stage, c in self._counts.items()},
+            "columns": {stage: list(names) for stage, names in self._columns.items()},
             "reports": self._reports,
             "in_flight_parents": len(self._parents),
             "epoch": self.epoch,

@@ -13,15 +13,17 @@ class TerminalOp:
     For a closed plan (level 0) every row is a source root's terminal row. A plan that ends with open
     levels keeps its group headers (without the parent payload): the driver's
     :class:`~lineage_data._core.ledger.Ledger` counts a root complete from them, then drops them.
-    No coordinator call: the consumer accounts what it receives.
+    No coordinator call: the consumer accounts what it receives. ``keep_parents``: the headers keep
+    their parent rows too (a run materialized at an open level, to be continued with a reduce).
     """
 
-    def __init__(self, level: int) -> None:
+    def __init__(self, level: int, *, keep_parents: bool = False) -> None:
         self._level = level
+        self._keep_parents = keep_parents
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Process one output batch."""
         table = C.conform(table)
         if self._level == 0:
             return table.drop_columns([C.SIZE, C.PARENT, C.PATH])
-        return table.drop_columns([C.PARENT])
+        return table if self._keep_parents else table.drop_columns([C.PARENT])

@@ -45,8 +45,8 @@ _RETRY_CHANNEL_S = 2.0  # after a failed connect, use Ray calls for this long be
 class CoordinatorActor:
     """Holds one execution's lineage state. Methods run one at a time on the actor's event loop."""
 
-    def __init__(self) -> None:
-        self._state = LineageState()
+    def __init__(self, columns: dict[str, list[str]] | None = None) -> None:
+        self._state = LineageState(columns)
         self._secret = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
         self._address: tuple[str, int] | None = None
@@ -84,10 +84,15 @@ class CoordinatorActor:
         return getattr(self._state, method)(*args, **kwargs)
 
 
-def start_coordinator(run_id: str) -> tuple[CoordinatorClient, Any]:
-    """Start the coordinator of one run on this (the driver's) node; returns (client, re-create)."""
+def start_coordinator(
+    run_id: str, columns: dict[str, list[str]] | None = None
+) -> tuple[CoordinatorClient, Any]:
+    """Start the coordinator of one run on this (the driver's) node; returns (client, re-create).
+
+    ``columns``: the columns stages of an earlier run showed (a plan continued from its kept rows).
+    """
     helper, create = start_helper(
-        CoordinatorActor, "coordinator", run_id=run_id, suffix="coordinator"
+        CoordinatorActor, "coordinator", columns, run_id=run_id, suffix="coordinator"
     )
     return CoordinatorClient(helper), create
 

@@ -7,13 +7,14 @@ and group holders. Roots still missing then end as FAILED rows with a ``LostErro
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -23,8 +24,8 @@ import ray.exceptions
 
 from lineage_data._core import columns as C
 from lineage_data._core.errors import AccountingError, ExecutionError, LineageError, UserCodeError
-from lineage_data._core.ledger import Ledger
-from lineage_data._core.plan import Plan, RaySource
+from lineage_data._core.ledger import Ledger, as_root_headers
+from lineage_data._core.plan import MaterializedSource, Plan, RaySource
 from lineage_data._core.stages import Reduce
 from lineage_data._core.state import derived_counts
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
@@ -109,7 +110,14 @@ class _Pass:
     flat plan on a Ray Dataset keeps its coordinator: there the registry refuses duplicate ids.
     """
 
-    def __init__(self, plan: Plan, supervisor: Supervisor, *, ledger: bool = True) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        supervisor: Supervisor,
+        *,
+        ledger: bool = True,
+        keep_parents: bool = False,
+    ) -> None:
         run_id = new_run_id()
         self.helpers: list[Helper] = []
         self.creators: list[Callable[[], Any]] = []
@@ -117,13 +125,14 @@ class _Pass:
         if plan.flat and (ledger or not isinstance(plan.source, RaySource)):
             self.client = TypeStore(run_id)
         else:
-            self.client, create = start_coordinator(run_id)
+            seen = plan.source.established if isinstance(plan.source, MaterializedSource) else ()
+            self.client, create = start_coordinator(run_id, {s: list(c) for s, c in seen} or None)
             self.helpers.append(self.client.helper)
             self.creators.append(create)
             supervisor.watch(self.client.helper, create)
         self.holders: dict[int, HolderSet] = {}
         for i, stage in enumerate(plan.stages):
-            if isinstance(stage, Reduce):
+            if isinstance(stage, Reduce) and i >= plan.done:
                 holders, started = HolderSet.start(run_id, stage.name)
                 self.holders[i] = holders
                 for helper, recreate in started:
@@ -131,9 +140,10 @@ class _Pass:
                     self.helpers.append(helper)
                     self.creators.append(recreate)
         self._supervisor = supervisor
-        self.dataset = lower(plan, self.client, self.holders)
+        self.dataset = lower(plan, self.client, self.holders, keep_parents=keep_parents)
         self.registered = 0  # cursor into the coordinator's root registry
         self.counts: dict[str, dict[str, int]] = {}
+        self.columns: dict[str, list[str]] = {}
         self.calls = 0
 
     def forget(self, roots: list[str]) -> None:
@@ -145,6 +155,7 @@ class _Pass:
         if isinstance(self.client, CoordinatorClient):
             snapshot = self.client.snapshot()
             self.counts, self.calls = snapshot["counts"], snapshot["reports"]
+            self.columns = snapshot.get("columns", {})
 
     def close(self) -> None:
         self._supervisor.unwatch(self.helpers)
@@ -154,9 +165,16 @@ class _Pass:
 class Execution:
     """Runs a plan once, in passes. Create one per consumer call: each has its own helpers."""
 
-    def __init__(self, plan: Plan, *, on_report: Callable[[RunReport], None] | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        on_report: Callable[[RunReport], None] | None = None,
+        keep_parents: bool = False,
+    ) -> None:
         ensure_ray()
         self._plan = plan
+        self._keep_parents = keep_parents  # (see iter_kept)
         self._on_report = on_report
         self._started = time.time()
         self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
@@ -171,7 +189,7 @@ class Execution:
             self._ledger.reserve(_source_rows(plan), tagged=plan.flat)
         self._supervisor = Supervisor()
         self._supervisor.chore(self._chores)
-        self._pass = _Pass(plan, self._supervisor)
+        self._pass = _Pass(plan, self._supervisor, keep_parents=keep_parents)
         self._passes: list[_Pass] = []
         self._forgotten = 0
         self._lock = threading.Lock()
@@ -225,6 +243,41 @@ class Execution:
         Closing the generator early (a consumer that stops, or one garbage-collected) stops the run
         and its helpers.
         """
+        with contextlib.closing(self._batches(prefetch_batches)) as batches:  # (closed early: stop)
+            for batch in batches:
+                if batch is None:  # the end: roots still missing
+                    lost = self._lose()
+                    if lost is not None:
+                        yield lost
+                    continue
+                with self._lock:
+                    out = self._ledger.take(batch)
+                if out.num_rows:
+                    yield out
+
+    def iter_kept(self) -> Iterator[tuple[pa.Table, pa.Table]]:
+        """Stream a run of an open level that is kept to be continued (``keep_parents=True``).
+
+        Yields ``(rows, stand_ins)``: the first copies of every row, group headers with their parent
+        rows included, which the plan can go on from; and the rows a consumer sees for roots that
+        left no row of their own (see :meth:`Ledger.take_kept`). A root lost for good is yielded as
+        a root header (rows) and its ``LostError`` row (stand-ins).
+        """
+        assert self._keep_parents and self._plan.level
+        with contextlib.closing(self._batches(prefetch_batches=1)) as batches:
+            for batch in batches:
+                if batch is None:
+                    lost = self._lose()
+                    if lost is not None:
+                        yield as_root_headers(lost), lost
+                    continue
+                with self._lock:
+                    rows, stand_ins = self._ledger.take_kept(batch)
+                if rows.num_rows or stand_ins.num_rows:
+                    yield rows, stand_ins
+
+    def _batches(self, prefetch_batches: int) -> Generator[pa.Table | None, None, None]:
+        """Every pass's output blocks as they come, then None once (roots still missing are lost)."""
         self._begin()
         try:
             for current in self._run_passes():
@@ -234,13 +287,8 @@ class Execution:
                     assert isinstance(batch, pa.Table)
                     if self._supervisor.error is not None:
                         raise self._supervisor.error
-                    with self._lock:
-                        out = self._ledger.take(batch)
-                    if out.num_rows:
-                        yield out
-            lost = self._lose()
-            if lost is not None:
-                yield lost
+                    yield batch
+            yield None
         except BaseException as exc:
             self._close()
             self._raise(exc)
@@ -281,6 +329,14 @@ class Execution:
             self._raise(exc)
         self.finish()
 
+    def columns(self) -> dict[str, list[str]]:
+        """Every column each stage's rows showed in this run (all passes; see ``established``)."""
+        out: dict[str, dict[str, None]] = {}
+        for p in self._passes:
+            for stage, names in p.columns.items():
+                out.setdefault(stage, {}).update(dict.fromkeys(names))
+        return {stage: list(names) for stage, names in out.items()}
+
     def _account(self, sink: AccountedSink) -> None:
         for lineage, at in sink.written:
             with self._lock:
@@ -318,7 +374,11 @@ class Execution:
                 attempt,
                 self._plan.max_repair_attempts,
             )
-            self._pass = _Pass(self._plan.restricted(frozenset(missing)), self._supervisor)
+            self._pass = _Pass(
+                self._plan.restricted(frozenset(missing)),
+                self._supervisor,
+                keep_parents=self._keep_parents,
+            )
 
     def _missing(self) -> list[str]:
         with self._lock:
@@ -386,6 +446,8 @@ class Execution:
                     merged[key] = merged.get(key, 0) + value
         names = [s.name for s in self._plan.stages]
         counts.update(derived_counts(names, self._plan.derived_stages(), terminal))
+        if isinstance(self._plan.source, MaterializedSource):  # stages run before it was kept
+            counts.update((stage, dict(c)) for stage, c in self._plan.source.counts)
         kinds = {s.name: s.kind.value for s in self._plan.stages}
         repaired = sum(1 for r in self._repaired if self._ledger.delivered(r)) - self._lost
         report = RunReport.from_snapshot(

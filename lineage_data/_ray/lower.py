@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 from ray.data import ActorPoolStrategy
 from ray.data._internal.util import get_compute_strategy
@@ -68,6 +69,7 @@ class _Step:
     rows_per_block: int
     holders: Any = None
     terminal: bool = False
+    keep_parents: bool = False  # the terminal step keeps the headers' parent rows
 
     def build(self, fn: Any = None) -> Callable[[pa.Table], Any]:
         """The stage's operator; ``fn``: its 1:1 user callable, already built (see :meth:`bind`)."""
@@ -97,7 +99,7 @@ class _Step:
             )
         if not self.terminal:
             return op
-        end = TerminalOp(self.plan.level)
+        end = TerminalOp(self.plan.level, keep_parents=self.keep_parents)
         if isinstance(self.plan.stages[self.index], Expand):
             return lambda batch: (end(block) for block in op(batch))
         return lambda batch: end(op(batch))
@@ -486,15 +488,20 @@ def _tag(name: str) -> int:
 
 
 def _materialized_dataset(plan: Plan, src: MaterializedSource) -> ray.data.Dataset:
+    """The kept blocks: terminal rows as new roots (level 0), or the rows of an open level as kept."""
     ds = ray.data.from_arrow_refs(list(src.refs))
-    if not (plan.exclude or plan.only is not None or plan.limit is not None):
+    restricted = plan.exclude or plan.only is not None or plan.limit is not None
+    if not restricted and not src.level:
         return ds.map_batches(C.as_roots, batch_format="pyarrow", batch_size=None)
+    if not restricted:
+        return ds
     known = list(src.roots or ())
-    wanted = {known[i] for i in plan.select(known)}
+    wanted = pa.array(sorted(known[i] for i in plan.select(known)), pa.string())
+    level = src.level
 
     def keep_roots(batch: pa.Table) -> pa.Table:
-        mask = [r in wanted for r in batch[C.ROOT].to_pylist()]
-        return C.as_roots(batch.filter(pa.array(mask, pa.bool_())))
+        kept = batch.filter(pc.is_in(batch[C.ROOT], value_set=wanted))
+        return kept if level else C.as_roots(kept)
 
     return ds.map_batches(keep_roots, batch_format="pyarrow", batch_size=None)
 
@@ -505,26 +512,31 @@ def lower(
     holder_sets: dict[int, Any],
     *,
     rows_per_block: int | None = None,
+    keep_parents: bool = False,
 ) -> ray.data.Dataset:
     """The whole plan as a lazy Ray Dataset; its last step also reports terminal rows.
 
-    ``holder_sets`` maps the index of every reduce stage to its group holders.
+    ``holder_sets`` maps the index of every reduce stage to its group holders. Stages a materialized
+    source's rows have been through already (``plan.done``) are not run again. ``keep_parents``: an
+    open level's group headers keep their parent rows (a run materialized to be continued).
     """
     ds = source_dataset(plan, client)
     ds.context.raise_original_map_exception = True
     shipped = plan.for_workers()  # stage closures must not carry the source rows to every task
     last = len(plan.stages) - 1
     sourced = source_block_rows(plan)
-    for index in range(len(plan.stages)):
+    for index in range(plan.done, len(plan.stages)):
         rows = rows_per_block or block_rows(plan, index)  # one downstream batch (see _core.blocks)
-        step = _Step(shipped, index, client, rows, holder_sets.get(index), index == last)
+        step = _Step(
+            shipped, index, client, rows, holder_sets.get(index), index == last, keep_parents
+        )
         whole = cuts_source_blocks(plan, index, sourced)
         ds = lower_stage(ds, step, _Shipped(step), whole_blocks=whole)
-    if plan.stages:
+    if len(plan.stages) > plan.done:
         return in_one_piece(ds, plan.stages[-1])
-    level = plan.level
+    end = TerminalOp(plan.level, keep_parents=keep_parents)
 
     def terminal(batch: pa.Table) -> pa.Table:
-        return TerminalOp(level)(batch)
+        return end(batch)
 
     return ds.map_batches(terminal, batch_format="pyarrow", batch_size=None)

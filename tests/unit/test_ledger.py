@@ -6,7 +6,7 @@ import pytest
 import lineage_data as ld
 from lineage_data._core import columns as C
 from lineage_data._core.errors import DuplicateRootError
-from lineage_data._core.ledger import Ledger
+from lineage_data._core.ledger import Ledger, as_root_headers, view
 from lineage_data._core.local import run_local
 from lineage_data._core.reduce import GroupBuffer, ReduceOp
 
@@ -95,6 +95,32 @@ def test_open_level_root_with_a_lost_row_is_missing_and_a_repair_drops_what_arri
     assert ledger.missing() == ["x"] and first.num_rows == 4
     repair = ledger.take(C.rows_to_table(rows).drop_columns([C.PARENT]))
     assert repair[C.PATH].to_pylist() == [[0]] and ledger.missing() == []
+
+
+def test_kept_rows_hold_every_first_copy_with_headers_and_view_as_take_would_deliver():
+    def boom(r):
+        if r["n"] < 0:
+            raise ValueError("no pages")
+        return ({"p": i} for i in range(r["n"]))
+
+    docs = [{"d": "x", "n": 3}, {"d": "y", "n": 0}, {"d": "z", "n": -1}]
+    plan = ld.from_items(docs, id_column="d").expand_lineage(boom, name="pages").plan
+    table = C.concat(open_rows(plan))
+    ledger, kept_ledger = (
+        Ledger(1, ["x", "y", "z"], started_at=0.0),
+        Ledger(1, ["x", "y", "z"], started_at=0.0),
+    )
+    delivered = ledger.take(table)
+    rows, stand_ins = kept_ledger.take_kept(C.concat([table, table]))  # a copy of every row
+    assert rows.num_rows == table.num_rows  # first copies only, three headers among them
+    assert sorted(rows.filter(pa.compute.is_valid(rows[C.SIZE]))[C.ROOT].to_pylist()) == list("xyz")
+    seen = C.concat([view(rows), stand_ins]).drop_columns([C.SIZE, C.PARENT])
+    assert sorted(map(str, seen.to_pylist())) == sorted(map(str, delivered.to_pylist()))
+    assert stand_ins[C.ROOT].to_pylist() == ["z"] and kept_ledger.missing() == []
+    lost = as_root_headers(kept_ledger.lost(["w"], 1))
+    assert lost.select([C.ROOT, C.PATH, C.SIZE, C.OUTCOME]).to_pylist() == [
+        {C.ROOT: "w", C.PATH: [], C.SIZE: 0, C.OUTCOME: "FAILED"}
+    ]
 
 
 def test_a_source_that_names_no_roots_expects_every_root_that_arrived_whole_or_in_part():
