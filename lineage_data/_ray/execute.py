@@ -81,8 +81,12 @@ class _Progress(threading.Thread):
         self._done = 0
 
     def run(self) -> None:
-        while not self._stop.wait(0.5):
-            self._draw()
+        self._lines = _LogLinesAboveBars()
+        try:
+            while not self._stop.wait(0.5):
+                self._draw()
+        finally:
+            self._lines.close()
 
     def _draw(self) -> None:
         p = self._progress()
@@ -100,6 +104,60 @@ class _Progress(threading.Thread):
             self._stop.set()
             self._draw()
             self._bar.close()
+
+
+class _LogLinesAboveBars:
+    """While a bar is drawn, Ray's log lines on the terminal are printed above the bars.
+
+    Ray's own console handlers (loggers ``ray`` and ``ray.data``) write straight to the stream, so
+    a line such as "Dataset ... execution finished" was appended to the lineage bar's line (seen in
+    tmux). Ray's progress bars have their own way to step aside (``tqdm_ray``'s hide/unhide, which
+    Ray applies to ``print`` only; plain tqdm's ``external_write_mode``): each console handler's
+    ``emit`` is wrapped in it until :meth:`close`.
+    """
+
+    def __init__(self) -> None:
+        self._wrapped: list[tuple[logging.Handler, Any]] = []
+        for name in ("ray", "ray.data"):
+            for handler in logging.getLogger(name).handlers:
+                stream = getattr(handler, "stream", None)
+                if stream in (sys.stderr, sys.stdout) and "emit" not in vars(handler):
+                    self._wrapped.append((handler, handler.emit))
+                    handler.emit = self._aside(handler.emit)  # type: ignore[method-assign,assignment]
+
+    @staticmethod
+    def _aside(emit: Callable[[logging.LogRecord], None]) -> Callable[[logging.LogRecord], None]:
+        def aside(record: logging.LogRecord) -> None:
+            with _bars_hidden():
+                emit(record)
+
+        return aside
+
+    def close(self) -> None:
+        for handler, _ in self._wrapped:
+            del handler.emit  # the class's own again
+        self._wrapped.clear()
+
+
+@contextlib.contextmanager
+def _bars_hidden() -> Iterator[None]:
+    """Every progress bar off the terminal for one write (Ray's tqdm or plain tqdm, as drawn)."""
+    from ray.data import DataContext
+
+    if DataContext.get_current().use_ray_tqdm:
+        from ray.experimental import tqdm_ray
+
+        manager = tqdm_ray.instance()
+        manager.hide_bars()
+        try:
+            yield
+        finally:
+            manager.unhide_bars()
+        return
+    import tqdm
+
+    with tqdm.tqdm.external_write_mode(file=sys.stderr):
+        yield
 
 
 class _Pass:
@@ -228,12 +286,17 @@ class Execution:
         writing = self._writing
         if writing is not None:  # a write: its tasks report to the coordinator as they finish
             try:
-                written = writing.snapshot()["counts"].get(WRITTEN, {})
+                snapshot = writing.snapshot()
             except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting
-                written = {}
+                snapshot = {}
+            written = snapshot.get("counts", {}).get(WRITTEN, {})
             for key in ("committed", "failed"):
                 progress[key] = max(progress[key], int(written.get(key, 0)))
             progress["shards"] = int(written.get("shards", 0))
+            # the driver sees no row before the write ends: the coordinator knows what is in flight
+            progress["in_flight_parents"] = max(
+                progress["in_flight_parents"], int(snapshot.get("in_flight_parents", 0))
+            )
         return progress
 
     # -- consumers ----------------------------------------------------------------------------------

@@ -48,3 +48,37 @@ def test_an_open_level_or_no_client_reports_nothing():
     AccountedSink(KeepRows(), 1, progress=state).write([_rows(["PRESENT"])], None)
     AccountedSink(KeepRows(), 0).write([_rows(["PRESENT"])], None)
     assert WRITTEN not in state.snapshot()["counts"]
+
+
+def test_ray_log_lines_go_above_the_bars_while_the_lineage_bar_is_drawn(monkeypatch):
+    import io
+    import logging
+    import sys
+
+    import tqdm
+    from ray.data import DataContext
+
+    from lineage_data._ray.execute import _LogLinesAboveBars
+
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(DataContext.get_current(), "use_ray_tqdm", False)
+    handler = logging.StreamHandler(sys.stderr)
+    logger = logging.getLogger("ray.data")
+    logger.addHandler(handler)
+    bar = tqdm.tqdm(total=10, file=sys.stderr, desc="lineage: parents", mininterval=0)
+    try:
+        bar.update(1)
+        logger.warning("before")  # as Ray wrote it: glued to the bar's line
+        lines = _LogLinesAboveBars()
+        logger.warning("while drawn")
+        lines.close()
+        assert "emit" not in vars(handler)  # the handler's own emit again
+        logger.warning("after")
+    finally:
+        bar.close()
+        logger.removeHandler(handler)
+    out = terminal.getvalue()
+    assert "it/s]before" in out.replace(" ", "") or "?it/s]before" in out.replace(" ", "")
+    drawn = out.index("while drawn")
+    assert out[drawn - 1] == "\r"  # the bar was cleared first, the line starts on its own
