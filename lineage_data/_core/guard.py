@@ -191,12 +191,15 @@ class Guard:
         if crashes > self._max:
             self._ended.append(key)
             times = "once" if crashes == 1 else f"{crashes} times"
-            cause = (
-                f"stage {self._stage!r}: the worker died {times} on this input (a native crash or "
-                "abort, os._exit, or an out-of-memory kill)"
-            )
+            why = self._why(key) or ("a native crash or abort, os._exit, or an out-of-memory kill")
+            cause = f"stage {self._stage!r}: the worker died {times} on this input ({why})"
             return outcomes.from_exception(WorkerCrashedError(cause), self._stage)
         return None
+
+    def _why(self, key: str) -> str | None:
+        """What the journal can tell of why the processes that ran ``key`` died (or None)."""
+        why = getattr(self._journal, "why_crashed", None)
+        return why(self._stage, key) if why is not None else None
 
     def done(self, key: str) -> None:
         """A unit of an isolated block is through."""

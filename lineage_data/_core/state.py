@@ -58,6 +58,7 @@ class _Parent:
 
 
 EPOCH_BITS = 32
+_WHO_KEPT = 4  # processes remembered per journaled key (a crash needs the last few only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ class LineageState:
             stage: dict.fromkeys(names) for stage, names in (columns or {}).items()
         }
         self._attempts: dict[tuple[str, str], list[int]] = {}  # (stage, key) -> begun, ended, hung
+        self._who: dict[tuple[str, str], list[str]] = {}  # (stage, key) -> who began its attempts
         self._reports = 0
 
     # -- source ---------------------------------------------------------------------------------
@@ -288,12 +290,15 @@ class LineageState:
         }
 
     # -- crash journal (see lineage_data._core.guard) --------------------------------------------
-    def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
+    def attempt(
+        self, stage: str, key: str | None, ended: Sequence[str] = (), who: str | None = None
+    ) -> tuple[int, int]:
         """A call on ``key`` begins in ``stage``; the calls on ``ended`` are through.
 
         Returns ``(crashes, timeouts)`` of the earlier attempts on ``key``: attempts that began and
         never ended (their process died), and those a watchdog reported as hung. A key is forgotten
-        once every attempt on it has ended. ``key=None`` only ends ``ended``.
+        once every attempt on it has ended. ``key=None`` only ends ``ended``. ``who`` names the
+        process that makes the attempt (see :meth:`crashed_by`).
         """
         self._reports += 1
         journal = self._attempts
@@ -303,12 +308,25 @@ class LineageState:
                 entry[1] += 1
                 if entry[1] >= entry[0]:
                     del journal[(stage, name)]
+                    self._who.pop((stage, name), None)
         if key is None:
             return 0, 0
         entry = journal.setdefault((stage, key), [0, 0, 0])
         crashes = entry[0] - entry[1]
         entry[0] += 1
+        if who is not None:
+            whos = self._who.setdefault((stage, key), [])
+            whos[:] = [*whos[-(_WHO_KEPT - 1) :], who]
         return crashes, entry[2]
+
+    def crashed_by(self, stage: str, key: str) -> list[str]:
+        """The processes that made the earlier attempts on ``key`` (the last few), oldest first.
+
+        Asked only for a unit that is about to fail for its crashes: every earlier attempt on it
+        began and none ended, so these are the processes that died on it.
+        """
+        self._reports += 1
+        return self._who.get((stage, key), [])[:-1]
 
     def hung(self, stage: str, key: str) -> None:
         """The attempt on ``key`` now running got no result in its stage's ``timeout_s``."""

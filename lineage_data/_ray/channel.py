@@ -68,6 +68,7 @@ METHODS: tuple[str, ...] = (
     "attempt",
     "hung",
     "note_columns",
+    "crashed_by",
 )
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 

@@ -37,6 +37,7 @@ from lineage_data._ray.channel import (
     socket_enabled,
     tls_context,
 )
+from lineage_data._ray.deaths import this_worker, why_died
 
 _RETRY_CHANNEL_S = 2.0  # after a failed connect, use Ray calls for this long before trying again
 
@@ -206,8 +207,13 @@ class CoordinatorClient:
     def attempt(  # noqa: D102
         self, stage: str, key: str | None, ended: Sequence[str] = ()
     ) -> tuple[int, int]:
-        crashes, timeouts = self._call("attempt", stage, key, list(ended))
+        who = this_worker() if key is not None else None
+        crashes, timeouts = self._call("attempt", stage, key, list(ended), who)
         return crashes, timeouts
+
+    def why_crashed(self, stage: str, key: str) -> str | None:
+        """Why the processes that ran ``key`` before died, as far as Ray and this node can tell."""
+        return why_died(self._call("crashed_by", stage, key))
 
     def hung(self, stage: str, key: str) -> None:  # noqa: D102
         self._call("hung", stage, key)

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import ray
 from ray.experimental import internal_kv
 
+from lineage_data._ray.deaths import this_worker, why_died
+
 _NAMESPACE = "lineage_data"
 _SEP = "\x1f"
 
@@ -70,6 +72,10 @@ class TypeStore:
     def hung(self, stage: str, key: str) -> None:
         """:meth:`LineageState.hung <lineage_data._core.state.LineageState.hung>`, per node."""
         _journal(self._run_id).hung(stage, key)
+
+    def why_crashed(self, stage: str, key: str) -> str | None:
+        """Why the processes that ran ``key`` before on this node died, as far as Ray can tell."""
+        return why_died(_journal(self._run_id).crashed_by(stage, key))
 
     def drop(self) -> None:
         """Forget the run's types and this node's journal (its pass is over)."""
@@ -128,14 +134,26 @@ class _NodeJournal:
             entries = os.listdir(directory)
             crashes = sum(e.startswith("a-") for e in entries)
             timeouts = sum(e.startswith("t-") for e in entries)
-            # pid, sequence and a random part: a dead process's file may carry a reused pid
-            path = os.path.join(
-                directory, f"a-{os.getpid()}-{next(self._seq)}-{os.urandom(4).hex()}"
-            )
+            # pid, sequence and a random part: a dead process's file may carry a reused pid; then
+            # the Ray worker, to tell why it died (crashed_by)
+            name = f"a-{os.getpid()}-{next(self._seq)}-{os.urandom(4).hex()}-{this_worker()}"
+            path = os.path.join(directory, name)
             with open(path, "x"):
                 pass
             self._mine.setdefault((stage, key), []).append(path)
             return crashes, timeouts
+
+    def crashed_by(self, stage: str, key: str) -> list[str]:
+        """The Ray workers whose attempts on ``key`` never ended (not this process's own)."""
+        with self._lock:
+            mine = {os.path.basename(p) for p in self._mine.get((stage, key), [])}
+            try:
+                entries = os.listdir(self._dir(stage, key))
+            except FileNotFoundError:
+                return []
+        return [
+            e.rsplit("-", 1)[1] for e in sorted(entries) if e.startswith("a-") and e not in mine
+        ]
 
     def hung(self, stage: str, key: str) -> None:
         directory = self._dir(stage, key)

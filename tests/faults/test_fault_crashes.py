@@ -91,7 +91,15 @@ def test_a_crash_in_map_batches_tasks_fails_that_row_only(how):
         .reduce_lineage(_reduce, name="docs")
     )
     out = by_root(ds.take_all(), ds.report())
-    _check(out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died once", "score"))
+    _check(
+        out,
+        (
+            "SUPPRESSED",
+            "WorkerCrashedError: stage 'score': the worker died once on this input "
+            "(Segmentation fault)",  # faulthandler's last words in the dead worker's log
+            "score",
+        ),
+    )
 
 
 def test_an_abort_in_an_actor_pool_is_retried_then_isolated():
@@ -112,7 +120,12 @@ def test_an_abort_in_an_actor_pool_is_retried_then_isolated():
     )  # the block twice, then the row twice (the default, 2, is counted in tests/unit/test_guard.py)
     out = by_root(ds.take_all(), ds.report())
     _check(
-        out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died 2 times", "score")
+        out,
+        (
+            "SUPPRESSED",
+            "WorkerCrashedError: stage 'score': the worker died 2 times on this input (Aborted)",
+            "score",
+        ),
     )
 
 
@@ -130,6 +143,7 @@ def test_a_crash_in_the_expansion_fails_that_parent():
     )
     out = by_root(ds.take_all(), ds.report())
     _check(out, ("FAILED", "WorkerCrashedError: stage 'pages'", "pages"))
+    assert status(out[BAD])[1].endswith("(Segmentation fault)")
 
 
 def test_a_crash_in_the_reduce_fails_that_parent():
@@ -146,6 +160,9 @@ def test_a_crash_in_the_reduce_fails_that_parent():
     )
     out = by_root(ds.take_all(), ds.report())
     _check(out, ("FAILED", "WorkerCrashedError: stage 'docs'", "docs"))
+    assert status(out[BAD])[1].endswith(
+        "(a native crash or abort, os._exit, or an out-of-memory kill)"
+    )
 
 
 def test_a_hang_fails_that_row_with_a_timeout():
@@ -192,10 +209,18 @@ def test_a_crash_in_a_flat_plan_fails_that_root():
 
     ds = _docs().map_batches(score, name="score", batch_size=2, max_crash_retries=0)
     out = by_root(ds.take_all(), ds.report())
-    _check(out, ("FAILED", "WorkerCrashedError: stage 'score': the worker died once", "score"))
+    _check(
+        out,
+        (
+            "FAILED",
+            "WorkerCrashedError: stage 'score': the worker died once on this input "
+            "(Segmentation fault)",
+            "score",
+        ),
+    )
 
 
-@pytest.mark.parametrize("kind", ["map"])  # filter runs through the same row caller
+@pytest.mark.parametrize("kind", ["map", "filter"])
 def test_a_crash_in_a_row_stage_fails_that_row(kind):
     def fn(row):
         if row["doc"] == BAD and row["page"] == 1:
@@ -210,6 +235,7 @@ def test_a_crash_in_a_row_stage_fails_that_row(kind):
     out = by_root(ds.take_all(), ds.report())
     assert status(out[BAD])[0] == "SUPPRESSED"
     assert "WorkerCrashedError: stage 'rows'" in status(out[BAD])[1]
+    assert status(out[BAD])[1].endswith("(Aborted)")
     assert all(out[r]["_lineage_outcome"] == "PRESENT" for r in out if r != BAD)
 
 

@@ -51,6 +51,37 @@ def test_a_block_is_isolated_after_max_crash_retries_and_its_crashing_unit_fails
     assert guard.unit(unit_key("doc", (2,))) is None  # its siblings still run
 
 
+def test_the_cause_names_why_the_processes_died_when_the_journal_can_tell():
+    class Journal(LineageState):
+        """The coordinator as a Ray worker sees it: each attempt says who makes it."""
+
+        def __init__(self):
+            super().__init__()
+            self.who = "w0"
+
+        def attempt(self, stage, key, ended=(), who=None):
+            return super().attempt(stage, key, ended, self.who if key is not None else None)
+
+        def why_crashed(self, stage, key):
+            died = self.crashed_by(stage, key)
+            return f"Segmentation fault in {','.join(died)}" if died else None
+
+    journal = Journal()
+    key = unit_key("doc", (1,))
+    for who in ("w1", "w2"):  # two processes begin the unit and die
+        journal.who = who
+        assert Guard("ocr", journal, max_crash_retries=1).unit(key) is None
+    journal.who = "w3"
+    status = Guard("ocr", journal, max_crash_retries=1).unit(key)
+    assert status is not None
+    assert status.cause == (
+        "WorkerCrashedError: stage 'ocr': the worker died 2 times on this input "
+        "(Segmentation fault in w1,w2)"
+    )
+    journal.attempt("ocr", None, [key, key, key])
+    assert journal.crashed_by("ocr", key) == []  # forgotten with the key
+
+
 def test_a_unit_that_hung_fails_with_a_timeout():
     state = LineageState()
     guard = Guard("pages", state, timeout_s=60)

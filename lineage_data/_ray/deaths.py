@@ -1,0 +1,89 @@
+"""Why a Ray worker process died: what a crash cause can say beyond "the worker died".
+
+Ray records a dead worker's exit in the GCS worker table, but for a process ended by a signal it
+only says "unexpectedly exits" (seen here for SIGSEGV, SIGABRT, ``os._exit`` and SIGKILL alike). Two
+things do tell more, and neither is ours to re-implement:
+
+- Ray's memory monitor marks the workers it kills ``NODE_OUT_OF_MEMORY`` in that table;
+- every Ray worker runs with :mod:`faulthandler` on, which writes ``Fatal Python error:
+  Segmentation fault`` (``Aborted``, ``Bus error``, ...) to the worker's ``.err`` log on its node.
+
+:func:`why_died` reads both for the workers a crash journal names. It runs in the worker that fails
+the input, once per failed input, so it costs nothing on the usual path. A worker that died on
+another node has its log there: then only the table speaks (and a plain SIGKILL or ``os._exit``
+leaves no trace at all).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Sequence
+
+import ray
+
+_FATAL = re.compile(rb"Fatal Python error: ([^\n]{1,80})")
+_TAIL_BYTES = 64 * 1024  # the end of a worker's log holds its last words
+_OUT_OF_MEMORY = "killed by Ray's memory monitor: the node ran out of memory"
+
+
+def this_worker() -> str:
+    """This process's Ray worker id (hex), or its pid outside a Ray worker."""
+    try:
+        return ray.get_runtime_context().get_worker_id()
+    except Exception:  # noqa: BLE001 - not connected to Ray: the pid still names the process
+        return f"pid{os.getpid()}"
+
+
+def why_died(workers: Sequence[str]) -> str | None:
+    """The reason the newest of ``workers`` that left one died, or None when none did."""
+    if not workers:
+        return None
+    try:
+        exits = _exits(set(workers))
+    except Exception:  # noqa: BLE001 - a cause is a courtesy: never fail the input over it
+        exits = {}
+    for worker in reversed(workers):
+        if exits.get(worker) == "oom":
+            return _OUT_OF_MEMORY
+        said = _last_words(worker)
+        if said is not None:
+            return said
+    return None
+
+
+def _exits(workers: set[str]) -> dict[str, str]:
+    """``"oom"`` for those of ``workers`` the GCS says Ray's memory monitor killed."""
+    from ray._private import state
+    from ray.core.generated import common_pb2, gcs_pb2
+
+    oom = common_pb2.WorkerExitType.Value("NODE_OUT_OF_MEMORY")  # type: ignore[attr-defined]
+    out = {}
+    for raw in state.state._connect_and_get_accessor().get_worker_table():
+        data = gcs_pb2.WorkerTableData.FromString(raw)  # type: ignore[attr-defined]
+        worker = data.worker_address.worker_id.hex()
+        if worker in workers and not data.is_alive and data.exit_type == oom:
+            out[worker] = "oom"
+    return out
+
+
+def _last_words(worker: str) -> str | None:
+    """The fatal error faulthandler wrote to the worker's log on this node, if it is here."""
+    node = getattr(ray._private.worker.global_worker, "node", None)
+    try:
+        logs = node.get_logs_dir_path() if node is not None else None
+    except Exception:  # noqa: BLE001 - not in a Ray process with a node: nothing to read
+        logs = None
+    if logs is None:
+        return None
+    for path in glob.glob(os.path.join(logs, f"worker-{glob.escape(worker)}-*.err")):
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - _TAIL_BYTES))
+                found = _FATAL.findall(f.read())
+        except OSError:
+            continue
+        if found:
+            return found[-1].decode(errors="replace").strip()
+    return None
