@@ -52,10 +52,11 @@ __all__ = [
     "render_scale",
 ]
 
-#: The ``timeout_s`` to give the expansion that renders pages (``expand_lineage(render_pages,
-#: timeout_s=PAGE_TIMEOUT_S)``, as the example pipelines do): no next page of a document in this
-#: long is a hang in pdfium, and that document fails with ``TimeoutError`` instead of stalling the
-#: job. A 150-dpi page renders in well under a second here; the margin is for huge or odd pages.
+#: The ``timeout_s`` an expansion of :func:`render_pages` or :class:`PdfPages` gets unless it is
+#: given one (their ``default_timeout_s``): no next page of a document in this long is a hang in
+#: pdfium (its render or its text), and that document fails with ``TimeoutError`` instead of
+#: stalling the job. A 150-dpi page renders in well under a second
+#: here; the margin is for huge or odd pages. ``timeout_s=math.inf`` on the verb turns it off.
 PAGE_TIMEOUT_S = 120.0
 
 _MiB = 1 << 20
@@ -150,6 +151,10 @@ class PdfPages:
     def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Expand one PDF row into its pages; see :func:`render_pages`."""
         return render_pages(row, **self._options)
+
+
+for _native in (render_pages, PdfPages):  # see PAGE_TIMEOUT_S
+    setattr(_native, "default_timeout_s", PAGE_TIMEOUT_S)  # noqa: B010 - a function attribute
 
 
 class _PageOptions:

@@ -57,9 +57,10 @@ __all__ = [
     "split_clips",
 ]
 
-#: The ``timeout_s`` to give the expansions that demux clips and decode frames (as the example
-#: pipeline does): no next clip or frame in this long is a hang in libav, and that video (or clip)
-#: fails with ``TimeoutError`` instead of stalling the job.
+#: The ``timeout_s`` a stage of :func:`split_clips`, :func:`sample_frames` or :func:`clip_audio`
+#: gets unless it is given one (their ``default_timeout_s``): no next clip or frame (or no audio
+#: statistics for a clip) in this long is a hang in libav, and that video (or clip) fails with
+#: ``TimeoutError`` instead of stalling the job. ``timeout_s=math.inf`` on the verb turns it off.
 CLIP_TIMEOUT_S = 300.0
 
 _GiB = 1 << 30
@@ -630,3 +631,7 @@ def _trim(values: Any, t: float, rate: int, start: float, end: float | None) -> 
     first = max(0, round((start - t) * rate))
     last = values.shape[1] if end is None else max(0, round((end - t) * rate))
     return values[:, first:last]
+
+
+for _native in (split_clips, sample_frames, clip_audio):  # see CLIP_TIMEOUT_S
+    setattr(_native, "default_timeout_s", CLIP_TIMEOUT_S)  # noqa: B010 - a function attribute

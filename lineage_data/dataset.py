@@ -9,6 +9,8 @@ row or a child's row, and every source root ends as exactly one output row at le
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Unpack
@@ -118,6 +120,8 @@ class LineageDataset:
     def _then(
         self, cls: type[AnyStage], fn: Any, name: str | None, ray: Mapping[str, Any], **own: Any
     ) -> LineageDataset:
+        if "timeout_s" in own:
+            own["timeout_s"] = _timeout(fn, own["timeout_s"])
         call, compute = from_options(fn, ray)
         stage = cls(
             name=name or self._plan.unique_name(fn, cls.kind),
@@ -136,7 +140,9 @@ class LineageDataset:
     # (a block whose worker died more often is isolated; a row, parent or group that kills its worker
     # more often alone ends FAILED with WorkerCrashedError) and ``timeout_s`` (a call of the function
     # on one batch, row or group, or the wait for an expansion's next child, that takes longer ends
-    # its process; the input fails with TimeoutError; on Ray only).
+    # its process; the input fails with TimeoutError; on Ray only). ``timeout_s=None`` takes the
+    # function's own ``default_timeout_s`` where it has one (the connectors' PDF and video
+    # functions do), ``math.inf`` none at all.
     def expand_lineage(
         self,
         fn: Callable[..., Iterable[dict]] | type,
@@ -742,6 +748,21 @@ class LineageDataset:
         from lineage_data._ray.execute import detached_dataset
 
         return detached_dataset(self._plan)
+
+
+def _timeout(fn: Any, timeout_s: float | None) -> float | None:
+    """A stage's ``timeout_s``: as given; ``None``: ``fn``'s ``default_timeout_s``; inf: none.
+
+    A connector knows how long its native call may take on a sane input (a PDF page, a video
+    clip) and says so on its function or class; the user's number, or ``math.inf``, wins.
+    """
+    if timeout_s is None:
+        while isinstance(fn, functools.partial):
+            fn = fn.func
+        timeout_s = getattr(fn, "default_timeout_s", None)
+    if isinstance(timeout_s, int | float) and math.isinf(timeout_s) and timeout_s > 0:
+        return None
+    return timeout_s
 
 
 def _public_batch(batch: pa.Table, keep_lineage: bool = True) -> pa.Table:

@@ -258,6 +258,7 @@ class _Watchdog:
         self._cond = threading.Condition()
         self._armed: dict[int, tuple[float, Callable[[], Any]]] = {}  # by thread id
         self._thread: threading.Thread | None = None
+        self._backstop_at: float | None = None  # when faulthandler's timer fires (monotonic)
 
     def arm(self, seconds: float, on_expire: Callable[[], Any]) -> None:
         with self._cond:
@@ -276,13 +277,24 @@ class _Watchdog:
             self._backstop()
 
     def _backstop(self) -> None:
-        """Faulthandler's one C-level timer, after the latest deadline (it is one per process)."""
+        """Faulthandler's one C-level timer, after the latest deadline (it is one per process).
+
+        Each arming starts a thread of faulthandler's, and an expansion ticks once per child: the
+        timer is set ``_BACKSTOP_S`` beyond what is needed and moved only when a deadline passes
+        that, so it is set again about once every ``_BACKSTOP_S`` while children keep coming
+        (it then fires between one and two ``_BACKSTOP_S`` after a deadline a native call missed).
+        """
         if not self._armed:
-            faulthandler.cancel_dump_traceback_later()
+            if self._backstop_at is not None:
+                faulthandler.cancel_dump_traceback_later()
+                self._backstop_at = None
             return
         latest = max(deadline for deadline, _ in self._armed.values())
-        wait = max(0.0, latest - time.monotonic())
-        faulthandler.dump_traceback_later(wait + _BACKSTOP_S, exit=True)
+        if self._backstop_at is not None and latest + _BACKSTOP_S <= self._backstop_at:
+            return  # the timer already fires late enough
+        now = time.monotonic()
+        self._backstop_at = latest + 2 * _BACKSTOP_S
+        faulthandler.dump_traceback_later(self._backstop_at - now, exit=True)
 
     def _run(self) -> None:
         while True:

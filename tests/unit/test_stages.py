@@ -119,3 +119,26 @@ def test_outcome_at_each_stage_follows_the_final_outcome_and_the_deciding_stage(
         else:
             assert got == {"at": "FAILED", "after": "SUPPRESSED"}[where]
         assert passed_as(final, position, None) is Outcome.PRESENT
+
+
+def test_a_connector_s_native_call_brings_its_own_timeout_which_the_user_can_change():
+    import functools
+    import math
+
+    from connectors.pdf import PAGE_TIMEOUT_S, PdfPages, render_pages
+    from connectors.video import CLIP_TIMEOUT_S, clip_audio, split_clips
+
+    docs = ld.from_items([{"doc": "a"}], id_column="doc")
+
+    def timeout(ds):
+        return ds.plan.stages[-1].timeout_s
+
+    assert timeout(docs.expand_lineage(render_pages)) == PAGE_TIMEOUT_S
+    assert timeout(docs.expand_lineage(PdfPages, fn_constructor_kwargs={"dpi": 50})) == 120.0
+    assert timeout(docs.expand_lineage(functools.partial(split_clips, clip_seconds=2))) == (
+        CLIP_TIMEOUT_S
+    )
+    assert timeout(docs.map(clip_audio)) == CLIP_TIMEOUT_S
+    assert timeout(docs.expand_lineage(render_pages, timeout_s=5)) == 5  # the user's number wins
+    assert timeout(docs.expand_lineage(render_pages, timeout_s=math.inf)) is None  # none at all
+    assert timeout(docs.expand_lineage(lambda r: [r])) is None  # a plain function: no limit
