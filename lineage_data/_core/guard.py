@@ -122,7 +122,8 @@ class Guard:
     """The crash journal and the watchdog of one stage's operator, in one worker process.
 
     Usage per block: ``whole = guard.block(n, first_key, last_key)``; if ``whole``, run the block's
-    units as usual (``guard.call`` around each user call); otherwise for each unit, inside
+    units as usual (``guard.call`` around each user call); otherwise (the :meth:`suspects` first)
+    for each unit, inside
     ``with guard.alone():``, ``status = guard.unit(key)``: a status is the unit's FAILED status (do
     not run it), None means run it with ``guard.call``, then ``guard.done(key)``.
     ``guard.done_block()`` when the block is through.
@@ -148,6 +149,7 @@ class Guard:
         self._ended: list[str] = []  # finished keys, reported with the next attempt
         self._block: str | None = None
         self._current: str | None = None  # the key a user call runs under (for the watchdog)
+        self._rest: str | None = None  # the rows of an isolated block run together (see batch)
         self._alone = False  # inside alone(): this guard's thread runs alone in the process
 
     @classmethod
@@ -180,6 +182,23 @@ class Guard:
         self._block = self._current = key
         return crashes <= self._max and not timeouts
 
+    def batch(self, n: int, first: str, last: str) -> bool:
+        """Begin the rows of an isolated block that are not suspects, as one call: False to not.
+
+        Journaled as a block of their own (``"rest"`` + :func:`block_key`); see :meth:`suspects`.
+        """
+        key = "rest" + block_key(n, first, last)
+        crashes, timeouts = self._attempt(key)
+        self._current = self._rest = key
+        return crashes <= self._max and not timeouts
+
+    def done_batch(self) -> None:
+        """The rows begun with :meth:`batch` are through."""
+        if self._rest is not None:
+            self._ended.append(self._rest)
+            self._rest = None
+        self._current = self._block
+
     def unit(self, key: str) -> Status | None:
         """Begin one unit of an isolated block: its FAILED status, or None to run it."""
         crashes, timeouts = self._attempt(key)
@@ -200,6 +219,15 @@ class Guard:
         """What the journal can tell of why the processes that ran ``key`` died (or None)."""
         why = getattr(self._journal, "why_crashed", None)
         return why(self._stage, key) if why is not None else None
+
+    def suspects(self, keys: Sequence[str]) -> set[str]:
+        """Units of an isolated block that an earlier attempt crashed or hung on.
+
+        Run first: each retry of the block then crashes on them at once, instead of running every
+        unit before them again, and the units after them run once they are failed.
+        """
+        ask = getattr(self._journal, "suspects", None)
+        return set(ask(self._stage, list(keys))) if ask is not None and keys else set()
 
     def done(self, key: str) -> None:
         """A unit of an isolated block is through."""

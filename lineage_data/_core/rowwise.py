@@ -149,17 +149,46 @@ class RowStageOp:
         key_of = self._isolate
         if key_of is None:
             return self._call(table)
-        results = []
-        for j, i in enumerate(rows):
-            key = key_of(i)
-            with self._guard.alone():
-                status = self._guard.unit(key)
-                if status is None:
-                    results.append(self._call(table.slice(j, 1)))
-                    self._guard.done(key)
-                else:
-                    results.append(failed_rows(1, status))
-        return merge_all(results, self._stage.name)
+        keys = [key_of(i) for i in rows]
+        suspects = self._guard.suspects(keys)
+        alone = [j for j, key in enumerate(keys) if key in suspects]
+        rest = [j for j, key in enumerate(keys) if key not in suspects]
+        results: list[BatchResult | None] = [None] * len(keys)
+        for j in alone:  # first: each retry then dies on them at once, not after its neighbours
+            self._alone(table, j, keys[j], results)
+        if alone and len(rest) > 1 and self._rest_together(table, rest, keys, results):
+            rest = []
+        for j in rest:
+            self._alone(table, j, keys[j], results)
+        return merge_all([r for r in results if r is not None], self._stage.name)
+
+    def _alone(self, table: pa.Table, j: int, key: str, results: list[Any]) -> None:
+        """Row ``j`` of an isolated block, alone and journaled (or its FAILED status)."""
+        with self._guard.alone():
+            status = self._guard.unit(key)
+            if status is None:
+                results[j] = self._call(table.slice(j, 1))
+                self._guard.done(key)
+            else:
+                results[j] = failed_rows(1, status)
+
+    def _rest_together(
+        self, table: pa.Table, rest: list[int], keys: list[str], results: list[Any]
+    ) -> bool:
+        """The rows of an isolated block that never crashed, as one call (False: run them alone).
+
+        Once the suspects of a block are known, its other rows are run as one batch, journaled as
+        a block of their own: one call instead of one per row. A crash of that batch is pinned on
+        it, not on a row: past ``max_crash_retries`` of those, its rows run alone again.
+        """
+        with self._guard.alone():
+            if not self._guard.batch(len(rest), keys[rest[0]], keys[rest[-1]]):
+                return False
+            together = self._call(table.take(rest))
+            self._guard.done_batch()
+        for k, j in enumerate(rest):
+            results[j] = _slice(together, k)
+        return True
 
     def _run_fenced(
         self,
@@ -328,6 +357,13 @@ class RowStageOp:
             if statuses[i].present:
                 statuses[i] = outcomes.rejected(cause, self._stage.name)
         return BatchResult(table, statuses, result.group)
+
+
+def _slice(result: BatchResult, i: int) -> BatchResult:
+    """Row ``i`` of ``result``."""
+    return BatchResult(
+        result.table.slice(i, 1), result.statuses[i : i + 1], result.group[i : i + 1]
+    )
 
 
 def _lazy_keys(live: pa.Table, level: int) -> Callable[[int], str]:

@@ -319,6 +319,16 @@ class LineageState:
             whos[:] = [*whos[-(_WHO_KEPT - 1) :], who]
         return crashes, entry[2]
 
+    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` that an earlier attempt crashed or hung on (one call per isolated block)."""
+        self._reports += 1
+        journal = self._attempts
+        return [
+            k
+            for k in keys
+            if (entry := journal.get((stage, k))) is not None and (entry[0] > entry[1] or entry[2])
+        ]
+
     def crashed_by(self, stage: str, key: str) -> list[str]:
         """The processes that made the earlier attempts on ``key`` (the last few), oldest first.
 

@@ -69,6 +69,7 @@ METHODS: tuple[str, ...] = (
     "hung",
     "note_columns",
     "crashed_by",
+    "suspects",
 )
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 

@@ -211,6 +211,9 @@ class CoordinatorClient:
         crashes, timeouts = self._call("attempt", stage, key, list(ended), who)
         return crashes, timeouts
 
+    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:  # noqa: D102
+        return self._call("suspects", stage, list(keys))
+
     def why_crashed(self, stage: str, key: str) -> str | None:
         """Why the processes that ran ``key`` before died, as far as Ray and this node can tell."""
         return why_died(self._call("crashed_by", stage, key))

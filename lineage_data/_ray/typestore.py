@@ -73,6 +73,10 @@ class TypeStore:
         """:meth:`LineageState.hung <lineage_data._core.state.LineageState.hung>`, per node."""
         _journal(self._run_id).hung(stage, key)
 
+    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
+        """:meth:`LineageState.suspects <lineage_data._core.state.LineageState.suspects>`, per node."""
+        return _journal(self._run_id).suspects(stage, keys)
+
     def why_crashed(self, stage: str, key: str) -> str | None:
         """Why the processes that ran ``key`` before on this node died, as far as Ray can tell."""
         return why_died(_journal(self._run_id).crashed_by(stage, key))
@@ -142,6 +146,20 @@ class _NodeJournal:
                 pass
             self._mine.setdefault((stage, key), []).append(path)
             return crashes, timeouts
+
+    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` with an attempt left behind (crashed) or a timeout, on this node."""
+        with self._lock:
+            mine = {os.path.basename(p) for paths in self._mine.values() for p in paths}
+        out = []
+        for key in keys:
+            try:
+                entries = os.listdir(self._dir(stage, key))
+            except FileNotFoundError:
+                continue
+            if any(e.startswith("t-") or (e.startswith("a-") and e not in mine) for e in entries):
+                out.append(key)
+        return out
 
     def crashed_by(self, stage: str, key: str) -> list[str]:
         """The Ray workers whose attempts on ``key`` never ended (not this process's own)."""

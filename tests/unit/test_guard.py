@@ -114,3 +114,17 @@ def test_block_keys_name_size_and_ends():
 def test_bad_fault_options_are_plan_errors(options):
     with pytest.raises(ld.PlanError):
         ld.from_items([{"a": 1}]).map(lambda r: r, **options)
+
+
+def test_units_an_earlier_attempt_crashed_or_hung_on_are_the_suspects():
+    state = LineageState()
+    keys = [unit_key("doc", (i,)) for i in range(4)]
+    state.attempt("ocr", keys[0], [])
+    state.attempt("ocr", keys[1], [keys[0]])  # keys[0] ended; keys[1] never does
+    state.attempt("ocr", keys[2])
+    state.hung("ocr", keys[2])  # the watchdog ends its process: it never ends either
+    state.attempt("ocr", keys[3])
+    state.attempt("ocr", None, [keys[3]])
+    guard = Guard("ocr", state)
+    assert guard.suspects(keys) == {keys[1], keys[2]}
+    assert Guard("other", state).suspects(keys) == set()  # per stage
