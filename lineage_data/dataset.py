@@ -137,8 +137,8 @@ class LineageDataset:
     # fn_kwargs, fn_constructor_args, fn_constructor_kwargs, num_cpus, num_gpus, memory and Ray's
     # other remote arguments), with Ray's meaning and defaults. And two of ours for inputs that
     # crash or hang the process under a stage (see lineage_data._core.guard): ``max_crash_retries``
-    # (a block whose worker died more often is isolated; a row, parent or group that kills its worker
-    # more often alone ends FAILED with WorkerCrashedError) and ``timeout_s`` (a call of the function
+    # (a block whose worker died more often is isolated; a row, parent or group that then kills its
+    # worker that often alone, at least once, ends FAILED with WorkerCrashedError) and ``timeout_s`` (a call of the function
     # on one batch, row or group, or the wait for an expansion's next child, that takes longer ends
     # its process; the input fails with TimeoutError; on Ray only). ``timeout_s=None`` takes the
     # function's own ``default_timeout_s`` where it has one (the connectors' PDF and video

@@ -6,8 +6,10 @@ retries its task or actor call, with no end, on the same input. So every block a
 runs is journaled in the coordinator first (:meth:`LineageState.attempt`, one call per block, the
 previous block's end sent with it): an attempt that began and never ended is a crash. A block that
 crashed more than ``max_crash_retries`` times is isolated: its units (rows, parents, groups) run one
-at a time, each journaled, and a unit that crashed more than that alone ends FAILED with
-``WorkerCrashedError``, without being run again; every other unit keeps its normal value.
+at a time, each journaled (the units an earlier attempt died on first, see :meth:`Guard.suspects`),
+and a unit that then kills its process ``max_crash_retries`` times alone (at least once) ends
+FAILED with ``WorkerCrashedError``, without being run again; every other unit keeps its normal
+value. A worker lost once, not by its input, costs a retry of its block and never fails a unit.
 
 A call that hangs (``timeout_s``): a watchdog thread records the timeout in the journal and ends
 the process, so Ray replaces it and retries; a block that timed out is isolated at once, and a unit
@@ -207,9 +209,12 @@ class Guard:
             self._ended.append(key)
             cause = f"stage {self._stage!r}: no result in {self._limit:g} s"
             return outcomes.from_exception(TimeoutError(cause), self._stage)
-        if crashes > self._max:
+        if crashes >= max(1, self._max):
+            # alone, it died max_crash_retries times (at least once), after its whole block died
+            # max_crash_retries + 1 times: the cause counts both
             self._ended.append(key)
-            times = "once" if crashes == 1 else f"{crashes} times"
+            total = crashes + self._max + 1
+            times = "once" if total == 1 else f"{total} times"
             why = self._why(key) or ("a native crash or abort, os._exit, or an out-of-memory kill")
             cause = f"stage {self._stage!r}: the worker died {times} on this input ({why})"
             return outcomes.from_exception(WorkerCrashedError(cause), self._stage)

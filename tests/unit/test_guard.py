@@ -40,15 +40,19 @@ def test_a_block_is_isolated_after_max_crash_retries_and_its_crashing_unit_fails
     guard.done(first)
     bad = unit_key("doc", (1,))
     assert guard.unit(bad) is None  # the row that kills the process, first time alone
-    for _ in range(2):
-        guard = Guard("ocr", state, max_crash_retries=1)
-        assert not guard.block(4, first, last)
-        assert guard.unit(first) is None
-        guard.done(first)
-        status = guard.unit(bad)
+    guard = Guard("ocr", state, max_crash_retries=1)
+    assert not guard.block(4, first, last)
+    assert guard.suspects([first, bad, last]) == {bad}  # run first: it fails before the others
+    status = guard.unit(bad)  # alone it died max_crash_retries (1) times: it fails
     assert status is not None and status.outcome.value == "FAILED"
-    assert status.cause.startswith("WorkerCrashedError: stage 'ocr': the worker died 2 times")
-    assert guard.unit(unit_key("doc", (2,))) is None  # its siblings still run
+    assert status.cause.startswith("WorkerCrashedError: stage 'ocr': the worker died 3 times")
+    assert guard.batch(2, unit_key("doc", (2,)), last)  # the others together, journaled apart
+    guard.done_batch()
+    guard = Guard("ocr", state, max_crash_retries=2)
+    fresh = unit_key("doc", (7,))
+    assert guard.unit(fresh) is None
+    guard = Guard("ocr", state, max_crash_retries=2)
+    assert guard.unit(fresh) is None  # with the default 2, one death alone is not enough
 
 
 def test_the_cause_names_why_the_processes_died_when_the_journal_can_tell():
@@ -70,12 +74,12 @@ def test_the_cause_names_why_the_processes_died_when_the_journal_can_tell():
     key = unit_key("doc", (1,))
     for who in ("w1", "w2"):  # two processes begin the unit and die
         journal.who = who
-        assert Guard("ocr", journal, max_crash_retries=1).unit(key) is None
+        assert Guard("ocr", journal, max_crash_retries=2).unit(key) is None
     journal.who = "w3"
-    status = Guard("ocr", journal, max_crash_retries=1).unit(key)
+    status = Guard("ocr", journal, max_crash_retries=2).unit(key)
     assert status is not None
     assert status.cause == (
-        "WorkerCrashedError: stage 'ocr': the worker died 2 times on this input "
+        "WorkerCrashedError: stage 'ocr': the worker died 5 times on this input "
         "(Segmentation fault in w1,w2)"
     )
     journal.attempt("ocr", None, [key, key, key])
