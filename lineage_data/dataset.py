@@ -637,16 +637,8 @@ class LineageDataset:
             ray.put(t) for t in self._execution().iter_tables(prefetch_batches=1) if t.num_rows
         )
         report = self.report()
-        roots = None
-        if self.level == 0:
-            # in source order where the source names its roots: take(n) picks the same n roots
-            roots = tuple(report.parents["root"].to_list())
-            named = self._plan.source.roots
-            if named is not None:
-                delivered = set(roots)
-                roots = tuple(r for r in named if r in delivered)
         source = MaterializedSource(
-            refs=refs, id_column=C.ROOT, level=self.level, roots=roots, columns=None
+            refs=refs, id_column=C.ROOT, roots=self._delivered(report), columns=None
         )
         return LineageDataset(
             Plan(source, max_repair_attempts=self._plan.max_repair_attempts),
@@ -668,15 +660,11 @@ class LineageDataset:
                 stand_ins.append(ray.put(extra))
         report = self.report()
         plan = self._plan
-        roots = tuple(report.parents["root"].to_list())
-        if plan.source.roots is not None:  # in source order: take(n) picks the same n roots
-            delivered = set(roots)
-            roots = tuple(r for r in plan.source.roots if r in delivered)
         source = MaterializedSource(
             refs=tuple(refs),
             id_column=C.ROOT,
             level=self.level,
-            roots=roots,
+            roots=self._delivered(report),
             done=len(plan.stages),
             counts=tuple(
                 (stage, tuple(sorted(c.items()))) for stage, c in report.stage_counts().items()
@@ -688,6 +676,18 @@ class LineageDataset:
         continued = Plan(source, plan.stages, max_repair_attempts=plan.max_repair_attempts)
         kept = _Kept(tuple(refs), report, level=self.level, stand_ins=tuple(stand_ins))
         return LineageDataset(continued, kept=kept)
+
+    def _delivered(self, report: RunReport) -> tuple[str, ...]:
+        """The roots a run delivered, in source order where the source names its roots.
+
+        (So that ``take(n)`` of a materialized run picks the same ``n`` roots as of the plan.)
+        """
+        roots = tuple(report.parents["root"].to_list())
+        named = self._plan.source.roots
+        if named is None:
+            return roots
+        delivered = set(roots)
+        return tuple(r for r in named if r in delivered)
 
     def write_parquet(self, path: str, *, keep_lineage: bool = True, **kwargs: Any) -> None:
         """Write with Ray Data's ``write_parquet`` (same arguments); the run is checked afterwards."""
