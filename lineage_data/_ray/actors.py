@@ -135,7 +135,7 @@ class Supervisor(threading.Thread):
         super().__init__(daemon=True, name="lineage-supervisor")
         self._helpers: list[tuple[Helper, Callable[[], Any]]] = []
         self._chores: list[Callable[[], None]] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._stopping = threading.Lock()  # no helper is re-created once stop() returned
         self._tick = tick_s
         self.recreated = 0
@@ -155,7 +155,7 @@ class Supervisor(threading.Thread):
         self._chores.append(fn)
 
     def run(self) -> None:
-        while not self._stop.wait(self._tick):
+        while not self._halt.wait(self._tick):
             if not ray.is_initialized():
                 return
             for helper, create in list(self._helpers):
@@ -180,7 +180,7 @@ class Supervisor(threading.Thread):
 
     def _recreate(self, helper: Helper, create: Callable[[], Any]) -> None:
         with self._stopping:
-            if self._stop.is_set():  # its owner is killing the helpers: a new one would outlive it
+            if self._halt.is_set():  # its owner is killing the helpers: a new one would outlive it
                 return
             try:
                 helper._handle = create()
@@ -195,7 +195,7 @@ class Supervisor(threading.Thread):
         first, so the owner's kill (by name) finds it.
         """
         with self._stopping:
-            self._stop.set()
+            self._halt.set()
 
 
 def kill_all(helpers: Sequence[Helper]) -> None:

@@ -62,48 +62,74 @@ def _progress_enabled() -> bool:
     return sys.stdout.isatty() and DataContext.get_current().enable_progress_bars
 
 
-class _Progress(threading.Thread):
-    """One more bar beside Ray Data's, through Ray's own progress-bar class: parents done / total.
+def _progress_text(p: dict[str, int]) -> str:
+    shards = f", {p['shards']} shards written" if "shards" in p else ""
+    return (
+        f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
+        f"{p['in_flight_parents']} in flight{shards}"
+    )
 
-    Ray's ``ProgressBar`` (tqdm, or Ray's tqdm when ``use_ray_tqdm``) shares the terminal with the
-    operator bars of Ray Data's executor, so neither draws over the other.
+
+class _Progress(threading.Thread):
+    """Parents done / total, beside Ray Data's bars on a terminal, as whole lines elsewhere.
+
+    On a terminal the bar is Ray's own ``ProgressBar`` (tqdm, or Ray's tqdm when ``use_ray_tqdm``),
+    which shares the terminal with the operator bars of Ray Data's executor. Where stderr is no
+    terminal (a log file, a pipe, CI) a bar is never finished with a newline, so every line another
+    writer puts on the stream (Ray's C++ core worker writes its log lines straight to fd 2) was
+    glued to the bar's text: there a line is printed every ``LINEAGE_DATA_PROGRESS_INTERVAL_S``
+    seconds (30 by default) when the counts moved, and one at the end.
     """
 
     def __init__(self, progress: Callable[[], dict[str, int]]) -> None:
         super().__init__(daemon=True, name="lineage-progress")
-        from ray.data._internal.progress.progress_bar import ProgressBar
-
         self._progress = progress
-        self._stop = threading.Event()
-        self._bar = ProgressBar(
-            "lineage: parents", total=None, unit="parent", position=0, enabled=True
-        )
+        self._halt = threading.Event()
         self._done = 0
+        self._since = time.monotonic()
+        self._terminal = sys.stderr.isatty()
+        self._interval = 0.5
+        self._last = ""
+        if self._terminal:
+            from ray.data._internal.progress.progress_bar import ProgressBar
+
+            self._bar = ProgressBar(
+                "lineage: parents", total=None, unit="parent", position=0, enabled=True
+            )
+        else:
+            self._interval = float(os.environ.get("LINEAGE_DATA_PROGRESS_INTERVAL_S", "30"))
 
     def run(self) -> None:
-        self._lines = _LogLinesAboveBars()
+        lines = _LogLinesAboveBars() if self._terminal else None
         try:
-            while not self._stop.wait(0.5):
+            while not self._halt.wait(self._interval):
                 self._draw()
         finally:
-            self._lines.close()
+            if lines is not None:
+                lines.close()
 
-    def _draw(self) -> None:
+    def _draw(self, last: bool = False) -> None:
         p = self._progress()
         done = p["committed"] + p["failed"]
-        shards = f", {p['shards']} shards written" if "shards" in p else ""
-        self._bar.set_description(
-            f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
-            f"{p['in_flight_parents']} in flight{shards}"
-        )
-        self._bar.update(done - self._done, total=p["total"] or None)
+        text = _progress_text(p)
+        if self._terminal:
+            self._bar.set_description(text)
+            self._bar.update(done - self._done, total=p["total"] or None)
+        elif text != self._last or last:
+            total = f" of {p['total']}" if p["total"] else ""
+            elapsed = time.monotonic() - self._since
+            # one write of a whole line: nothing is left on the stream for another writer to join
+            sys.stderr.write(f"{text} ({done}{total} done, {elapsed:.0f} s)\n")
+            sys.stderr.flush()
+            self._last = text
         self._done = done
 
     def stop(self) -> None:
-        if not self._stop.is_set():
-            self._stop.set()
-            self._draw()
-            self._bar.close()
+        if not self._halt.is_set():
+            self._halt.set()
+            self._draw(last=True)
+            if self._terminal:
+                self._bar.close()
 
 
 class _LogLinesAboveBars:

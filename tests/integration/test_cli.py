@@ -71,7 +71,8 @@ def test_run_refuses_what_is_not_a_file(tmp_path):
         main(["run", "pdf"])  # examples are modules now: run -m examples.pdf_to_shards
 
 
-def test_a_library_error_is_one_line_without_traceback(tmp_path, capsys):
+def test_a_library_error_is_one_line_without_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LINEAGE_DATA_PROGRESS", "0")  # `run` sets it in this process otherwise
     assert main(["report", str(tmp_path / "nothing-here")]) == 0  # an empty output is no error
     script = tmp_path / "bad_plan.py"
     script.write_text("import lineage_data as ld\nld.from_items([{'a': 1}]).reduce_lineage()\n")

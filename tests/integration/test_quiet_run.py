@@ -6,6 +6,7 @@ write_parquet). Every warning/error line of the lineage run must be one plain Ra
 (Ray 2.60 itself logs, e.g., an error line for every restartable actor pool); none may name the library.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -58,6 +59,7 @@ print("DONE")
 """
 )
 
+PROGRESS = r"lineage: parents \d+ committed, \d+ failed, \d+ in flight.* \(\d+ of 40 done, \d+ s\)"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LOUD = re.compile(
     r"\bWARNING\b|\bERROR\b|\bTraceback\b|\] E |\sE \d+ \d+\]|core_worker\.cc|\berror\b", re.I
@@ -65,8 +67,11 @@ LOUD = re.compile(
 
 
 def run(script: str, out: str) -> list[str]:
+    """The warning/error lines of ``script`` (progress on, drawn as lines: stderr is a pipe)."""
+    env = dict(os.environ, LINEAGE_DATA_PROGRESS="1", LINEAGE_DATA_PROGRESS_INTERVAL_S="0.2")
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), out],
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -74,6 +79,10 @@ def run(script: str, out: str) -> list[str]:
     text = ANSI.sub("", proc.stdout + proc.stderr)
     assert proc.returncode == 0, text[-3000:]
     assert "DONE" in text
+    progress = [line for line in text.splitlines() if "lineage: parents" in line]
+    if "import lineage_data" in script:  # whole lines, nothing written onto them (Ray's C++ logs)
+        assert progress and all(re.fullmatch(PROGRESS, line) for line in progress), progress
+        assert progress[-1].startswith("lineage: parents 40 committed, 0 failed"), progress[-1]
     return [line for line in text.splitlines() if LOUD.search(line)]
 
 

@@ -82,3 +82,37 @@ def test_ray_log_lines_go_above_the_bars_while_the_lineage_bar_is_drawn(monkeypa
     assert "it/s]before" in out.replace(" ", "") or "?it/s]before" in out.replace(" ", "")
     drawn = out.index("while drawn")
     assert out[drawn - 1] == "\r"  # the bar was cleared first, the line starts on its own
+
+
+def test_without_a_terminal_progress_is_whole_lines_while_counts_move_and_one_at_the_end(
+    monkeypatch,
+):
+    import io
+    import sys
+    import threading
+
+    from lineage_data._ray.execute import _Progress
+
+    stream = io.StringIO()  # no terminal: isatty() is False
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setenv("LINEAGE_DATA_PROGRESS_INTERVAL_S", "0.01")
+    counts = {"committed": 0, "failed": 0, "in_flight_parents": 3, "total": 5}
+    drawn = threading.Event()
+
+    def now() -> dict[str, int]:
+        drawn.set()
+        return dict(counts)
+
+    progress = _Progress(now)
+    progress.start()
+    assert drawn.wait(10)
+    counts.update(committed=4, failed=1, in_flight_parents=0, shards=2)
+    progress.stop()
+    progress.join(10)
+    lines = stream.getvalue().splitlines()
+    assert stream.getvalue().endswith("\n") and "\r" not in stream.getvalue()
+    assert lines[0].startswith("lineage: parents 0 committed, 0 failed, 3 in flight (0 of 5 done, ")
+    assert lines[-1].startswith(
+        "lineage: parents 4 committed, 1 failed, 0 in flight, 2 shards written (5 of 5 done, "
+    )
+    assert len(lines) == len(set(lines)) or len(lines) == 2  # a line only when the counts moved
