@@ -78,7 +78,8 @@ class _Progress(threading.Thread):
     terminal (a log file, a pipe, CI) a bar is never finished with a newline, so every line another
     writer puts on the stream (Ray's C++ core worker writes its log lines straight to fd 2) was
     glued to the bar's text: there a line is printed every ``LINEAGE_DATA_PROGRESS_INTERVAL_S``
-    seconds (30 by default) when the counts moved, and one at the end.
+    seconds (30 by default) when the counts moved, and one at the end. Either starts once the first
+    parent is in flight.
     """
 
     def __init__(self, progress: Callable[[], dict[str, int]]) -> None:
@@ -90,13 +91,8 @@ class _Progress(threading.Thread):
         self._terminal = sys.stderr.isatty()
         self._interval = 0.5
         self._last = ""
-        if self._terminal:
-            from ray.data._internal.progress.progress_bar import ProgressBar
-
-            self._bar = ProgressBar(
-                "lineage: parents", total=None, unit="parent", position=0, enabled=True
-            )
-        else:
+        self._bar: Any = None
+        if not self._terminal:
             self._interval = float(os.environ.get("LINEAGE_DATA_PROGRESS_INTERVAL_S", "30"))
 
     def run(self) -> None:
@@ -111,10 +107,25 @@ class _Progress(threading.Thread):
     def _draw(self, last: bool = False) -> None:
         p = self._progress()
         done = p["committed"] + p["failed"]
+        if not (done or p["in_flight_parents"] or last):
+            # Nothing yet: Ray Data's executor is still starting its operators, and Ray's C++ core
+            # worker writes a line to fd 2 for each actor pool it starts (onto a drawn bar's line)
+            return
         text = _progress_text(p)
         if self._terminal:
+            if self._bar is None:
+                from ray.data._internal.progress.progress_bar import ProgressBar
+
+                # Ray's wrapper picks the bar (tqdm or Ray's tqdm) and places it; its own methods
+                # test the tqdm bar's truth, which is False while the total is 0 or unknown (tqdm's
+                # len), so they would never move it: the bar it made is driven directly
+                self._bar = ProgressBar(
+                    "lineage: parents", total=None, unit="parent", position=0, enabled=True
+                )._bar
+            if p["total"] and self._bar.total != p["total"]:
+                self._bar.total = p["total"]
             self._bar.set_description(text)
-            self._bar.update(done - self._done, total=p["total"] or None)
+            self._bar.update(done - self._done)
         elif text != self._last or last:
             total = f" of {p['total']}" if p["total"] else ""
             elapsed = time.monotonic() - self._since
@@ -128,7 +139,7 @@ class _Progress(threading.Thread):
         if not self._halt.is_set():
             self._halt.set()
             self._draw(last=True)
-            if self._terminal:
+            if self._bar is not None:
                 self._bar.close()
 
 

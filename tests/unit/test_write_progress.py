@@ -116,3 +116,32 @@ def test_without_a_terminal_progress_is_whole_lines_while_counts_move_and_one_at
         "lineage: parents 4 committed, 1 failed, 0 in flight, 2 shards written (5 of 5 done, "
     )
     assert len(lines) == len(set(lines)) or len(lines) == 2  # a line only when the counts moved
+
+
+def test_on_a_terminal_the_bar_is_drawn_once_the_first_parent_is_in_flight(monkeypatch):
+    import io
+    import sys
+
+    from ray.data import DataContext
+
+    from lineage_data._ray.execute import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(DataContext.get_current(), "use_ray_tqdm", False)
+    counts = {"committed": 0, "failed": 0, "in_flight_parents": 0, "total": 4}
+    progress = _Progress(lambda: dict(counts))
+    progress._draw()
+    assert terminal.getvalue() == ""  # Ray Data's operators are still starting: nothing drawn yet
+    counts.update(in_flight_parents=2)
+    progress._draw()
+    assert "parent" in terminal.getvalue()
+    assert "lineage: parents 0 committed, 0 failed, 2 in flight" in terminal.getvalue()
+    counts.update(committed=4, in_flight_parents=0)
+    progress.stop()
+    assert "lineage: parents 4 committed, 0 failed, 0 in flight: 100%" in terminal.getvalue()
+    assert "4.00/4.00" in terminal.getvalue()
