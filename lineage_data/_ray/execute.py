@@ -71,29 +71,26 @@ def _progress_text(p: dict[str, int]) -> str:
 
 
 class _Progress(threading.Thread):
-    """Parents done / total, beside Ray Data's bars on a terminal, as whole lines elsewhere.
+    """Parents committed, failed and in flight, as whole lines: one whenever the counts moved.
 
-    On a terminal the bar is Ray's own ``ProgressBar`` (tqdm, or Ray's tqdm when ``use_ray_tqdm``),
-    which shares the terminal with the operator bars of Ray Data's executor. Where stderr is no
-    terminal (a log file, a pipe, CI) a bar is never finished with a newline, so every line another
-    writer puts on the stream (Ray's C++ core worker writes its log lines straight to fd 2) was
-    glued to the bar's text: there a line is printed every ``LINEAGE_DATA_PROGRESS_INTERVAL_S``
-    seconds (30 by default) when the counts moved, and one at the end. Either starts once the first
-    parent is in flight.
+    Every ``LINEAGE_DATA_PROGRESS_INTERVAL_S`` seconds (5 on a terminal, 30 elsewhere) while the
+    counts move, once the first parent is in flight, and once at the end. A line, not a bar: a bar is
+    an unfinished line, and other writers share the stream. Ray's C++ core worker writes its log lines
+    straight to fd 2 (glued to the bar's text in a log file or CI), and on a terminal a bar of ours
+    beside Ray Data's operator bars either sat under one of them (the same position) or, placed below
+    them, left a copy of itself above them at each redraw (seen in tmux). On a terminal each line is
+    printed above Ray Data's bars, the way Ray prints log lines there.
     """
 
     def __init__(self, progress: Callable[[], dict[str, int]]) -> None:
         super().__init__(daemon=True, name="lineage-progress")
         self._progress = progress
         self._halt = threading.Event()
-        self._done = 0
         self._since = time.monotonic()
         self._terminal = sys.stderr.isatty()
-        self._interval = 0.5
+        default = "5" if self._terminal else "30"
+        self._interval = float(os.environ.get("LINEAGE_DATA_PROGRESS_INTERVAL_S", default))
         self._last = ""
-        self._bar: Any = None
-        if not self._terminal:
-            self._interval = float(os.environ.get("LINEAGE_DATA_PROGRESS_INTERVAL_S", "30"))
 
     def run(self) -> None:
         lines = _LogLinesAboveBars() if self._terminal else None
@@ -108,39 +105,21 @@ class _Progress(threading.Thread):
         p = self._progress()
         done = p["committed"] + p["failed"]
         if not (done or p["in_flight_parents"] or last):
-            # Nothing yet: Ray Data's executor is still starting its operators, and Ray's C++ core
-            # worker writes a line to fd 2 for each actor pool it starts (onto a drawn bar's line)
-            return
+            return  # Ray Data's executor is still starting its operators
         text = _progress_text(p)
-        if self._terminal:
-            if self._bar is None:
-                from ray.data._internal.progress.progress_bar import ProgressBar
-
-                # Ray's wrapper picks the bar (tqdm or Ray's tqdm) and places it; its own methods
-                # test the tqdm bar's truth, which is False while the total is 0 or unknown (tqdm's
-                # len), so they would never move it: the bar it made is driven directly
-                self._bar = ProgressBar(
-                    "lineage: parents", total=None, unit="parent", position=0, enabled=True
-                )._bar
-            if p["total"] and self._bar.total != p["total"]:
-                self._bar.total = p["total"]
-            self._bar.set_description(text)
-            self._bar.update(done - self._done)
-        elif text != self._last or last:
-            total = f" of {p['total']}" if p["total"] else ""
-            elapsed = time.monotonic() - self._since
-            # one write of a whole line: nothing is left on the stream for another writer to join
-            sys.stderr.write(f"{text} ({done}{total} done, {elapsed:.0f} s)\n")
+        if text == self._last:
+            return
+        self._last = text
+        total = f" of {p['total']}" if p["total"] else ""
+        line = f"{text} ({done}{total} done, {time.monotonic() - self._since:.0f} s)\n"
+        with _bars_hidden() if self._terminal else contextlib.nullcontext():
+            sys.stderr.write(line)  # one write of a whole line: no other writer can join it
             sys.stderr.flush()
-            self._last = text
-        self._done = done
 
     def stop(self) -> None:
         if not self._halt.is_set():
             self._halt.set()
             self._draw(last=True)
-            if self._bar is not None:
-                self._bar.close()
 
 
 class _LogLinesAboveBars:
@@ -293,6 +272,7 @@ class Execution:
         self._lost = 0
         self.dataset = self._pass.dataset
         self._writing: CoordinatorClient | None = None  # the client a write's tasks report to
+        self._shown: tuple[Any, dict] = (None, {})  # the progress's last coordinator snapshot
         self._progress = _Progress(self._progress_now) if _progress_enabled() else None
 
     # -- driver-side chores (supervisor thread) ----------------------------------------------------
@@ -321,19 +301,24 @@ class Execution:
         with self._lock:
             progress = self._ledger.progress()
         writing = self._writing
+        client = writing if writing is not None else self._pass.client
+        if not isinstance(client, CoordinatorClient):
+            return progress  # a flat plan: no parent is ever in flight
+        try:
+            snapshot = client.snapshot()
+            self._shown = (client, snapshot)
+        except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting or gone
+            # (stopped after the write: its last counts stand)
+            snapshot = self._shown[1] if self._shown[0] is client else {}
+        # the driver sees a parent only once it is done: the coordinator knows what is in flight
+        progress["in_flight_parents"] = max(
+            progress["in_flight_parents"], int(snapshot.get("in_flight_parents", 0))
+        )
         if writing is not None:  # a write: its tasks report to the coordinator as they finish
-            try:
-                snapshot = writing.snapshot()
-            except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting
-                snapshot = {}
             written = snapshot.get("counts", {}).get(WRITTEN, {})
             for key in ("committed", "failed"):
                 progress[key] = max(progress[key], int(written.get(key, 0)))
             progress["shards"] = int(written.get("shards", 0))
-            # the driver sees no row before the write ends: the coordinator knows what is in flight
-            progress["in_flight_parents"] = max(
-                progress["in_flight_parents"], int(snapshot.get("in_flight_parents", 0))
-            )
         return progress
 
     # -- consumers ----------------------------------------------------------------------------------

@@ -83,6 +83,9 @@ def run(script: str, out: str) -> list[str]:
     if "import lineage_data" in script:  # whole lines, nothing written onto them (Ray's C++ logs)
         assert progress and all(re.fullmatch(PROGRESS, line) for line in progress), progress
         assert progress[-1].startswith("lineage: parents 40 committed, 0 failed"), progress[-1]
+        assert re.search(r", [1-9]\d* shards written", progress[-1]), progress[
+            -1
+        ]  # kept at the end
     return [line for line in text.splitlines() if LOUD.search(line)]
 
 
