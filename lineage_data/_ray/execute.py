@@ -62,14 +62,6 @@ def _progress_enabled() -> bool:
     return sys.stdout.isatty() and DataContext.get_current().enable_progress_bars
 
 
-def _progress_text(p: dict[str, int]) -> str:
-    shards = f", {p['shards']} shards written" if "shards" in p else ""
-    return (
-        f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
-        f"{p['in_flight_parents']} in flight{shards}"
-    )
-
-
 class _Progress(threading.Thread):
     """Parents committed, failed and in flight, as whole lines: one whenever the counts moved.
 
@@ -106,7 +98,11 @@ class _Progress(threading.Thread):
         done = p["committed"] + p["failed"]
         if not (done or p["in_flight_parents"] or last):
             return  # Ray Data's executor is still starting its operators
-        text = _progress_text(p)
+        shards = f", {p['shards']} shards written" if "shards" in p else ""
+        text = (
+            f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
+            f"{p['in_flight_parents']} in flight{shards}"
+        )
         if text == self._last:
             return
         self._last = text

@@ -8,13 +8,13 @@ faulted run must give the clean run's output. The test checks that the node real
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import faultkit
 import pytest
+from children import child_env
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(420)]
 
@@ -24,11 +24,7 @@ TIMEOUT_S = 360
 
 
 def test_losing_each_worker_node_mid_run_gives_the_clean_output(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), str(HERE), env.get("PYTHONPATH", "")) if p
-    )
-    env["LINEAGE_DATA_PROGRESS"] = "0"
+    env = child_env(HERE, LINEAGE_DATA_PROGRESS="0")
     try:
         proc = subprocess.run(
             [sys.executable, str(HERE / "node_loss_run.py"), str(tmp_path)],

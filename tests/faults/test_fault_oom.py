@@ -6,12 +6,12 @@ starts; the bad page allocates well past it.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from children import child_env
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -20,9 +20,7 @@ REPO = HERE.parents[1]
 
 
 def test_a_row_killed_by_the_memory_monitor_fails_with_an_out_of_memory_cause():
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    env["LINEAGE_DATA_PROGRESS"] = "0"
+    env = child_env(LINEAGE_DATA_PROGRESS="0")
     proc = subprocess.run(
         [sys.executable, str(HERE / "oom_run.py")],
         cwd=REPO,

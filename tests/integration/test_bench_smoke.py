@@ -7,12 +7,12 @@ Only the shape and sanity of the results are checked, never timings.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from children import child_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,8 +21,7 @@ pytestmark = pytest.mark.slow
 
 def _bench(name: str, out: Path) -> dict:
     """Run ``python -m bench NAME --scale smoke`` (``all``: every bench of ``bench all``, one Ray)."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env = child_env()
     proc = subprocess.run(
         [sys.executable, "-m", "bench", name, "--scale", "smoke", "--out", str(out)],
         cwd=REPO,
