@@ -153,6 +153,7 @@ class Guard:
         self._current: str | None = None  # the key a user call runs under (for the watchdog)
         self._rest: str | None = None  # the rows of an isolated block run together (see batch)
         self._alone = False  # inside alone(): this guard's thread runs alone in the process
+        self._isolated = False  # the current block's units run one by one
 
     @classmethod
     def of(cls, stage: Any, journal: Any, *, watchdog: bool) -> Guard:
@@ -182,7 +183,8 @@ class Guard:
         key = block_key(n, first, last)
         crashes, timeouts = self._attempt(key)
         self._block = self._current = key
-        return crashes <= self._max and not timeouts
+        self._isolated = crashes > self._max or bool(timeouts)
+        return not self._isolated
 
     def batch(self, n: int, first: str, last: str) -> bool:
         """Begin the rows of an isolated block that are not suspects, as one call: False to not.
@@ -214,9 +216,8 @@ class Guard:
             # max_crash_retries + 1 times: the cause counts both
             self._ended.append(key)
             total = crashes + self._max + 1
-            times = "once" if total == 1 else f"{total} times"
             why = self._why(key) or ("a native crash or abort, os._exit, or an out-of-memory kill")
-            cause = f"stage {self._stage!r}: the worker died {times} on this input ({why})"
+            cause = f"stage {self._stage!r}: the worker died {total} times on this input ({why})"
             return outcomes.from_exception(WorkerCrashedError(cause), self._stage)
         return None
 
@@ -231,8 +232,7 @@ class Guard:
         Run first: each retry of the block then crashes on them at once, instead of running every
         unit before them again, and the units after them run once they are failed.
         """
-        ask = getattr(self._journal, "suspects", None)
-        return set(ask(self._stage, list(keys))) if ask is not None and keys else set()
+        return set(self._journal.suspects(self._stage, list(keys))) if keys else set()
 
     def done(self, key: str) -> None:
         """A unit of an isolated block is through."""
@@ -256,10 +256,19 @@ class Guard:
                     self._journal.attempt(self._stage, None, ended)
 
     def done_block(self) -> None:
-        """The block is through (its end goes with the next attempt of this process)."""
+        """The block is through (its end goes with the next attempt of this process).
+
+        An isolated block's ends are told at once: its last unit left pending would read as a
+        crash of that unit if the process died before its next attempt, and a unit is failed on
+        its own crashes.
+        """
         if self._block is not None:
             self._ended.append(self._block)
+        if self._isolated and self._ended:
+            ended, self._ended = self._ended, []
+            self._journal.attempt(self._stage, None, ended)
         self._block = self._current = None
+        self._isolated = False
 
     def call(self, fn: Callable[..., R], *args: Any) -> R:
         """``fn(*args)`` under the stage's timeout (none in-process or without ``timeout_s``)."""

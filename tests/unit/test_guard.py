@@ -132,3 +132,21 @@ def test_units_an_earlier_attempt_crashed_or_hung_on_are_the_suspects():
     guard = Guard("ocr", state)
     assert guard.suspects(keys) == {keys[1], keys[2]}
     assert Guard("other", state).suspects(keys) == set()  # per stage
+
+
+def test_an_isolated_block_that_ran_through_leaves_no_unit_that_reads_as_crashed():
+    """Its process dying after the block (a later stage, a node lost) fails none of its units."""
+    state = LineageState()
+    keys = [unit_key("doc", (i,)) for i in range(3)]
+    for _ in range(2):  # the block's process dies twice, not by its input
+        assert Guard("ocr", state, max_crash_retries=1).block(3, keys[0], keys[-1])
+    guard = Guard("ocr", state, max_crash_retries=1)
+    assert not guard.block(3, keys[0], keys[-1])  # isolated
+    for key in keys:
+        assert guard.unit(key) is None
+        guard.done(key)
+    guard.done_block()  # then this process dies too, before any other attempt
+    guard = Guard("ocr", state, max_crash_retries=1)
+    assert not guard.block(3, keys[0], keys[-1])
+    assert guard.suspects(keys) == set()
+    assert all(guard.unit(key) is None for key in keys)  # none of them ever crashed
