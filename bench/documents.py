@@ -44,6 +44,8 @@ class Setup:
         threads: onnxruntime intra-op threads per model instance.
         page_rows_per_block: page rows per block after the page expansion.
         store_interval_s: seconds between two object-store samples (see :func:`consume`).
+        partitions: Ray Data's groupby partitions (None: Ray's default; smoke runs use a few, as
+            ``longtail`` does, so that a handful of pages does not start 200 reduce tasks).
     """
 
     dpi: float = 72
@@ -53,6 +55,7 @@ class Setup:
     threads: int = 1
     page_rows_per_block: int = 16
     store_interval_s: float = 0.25
+    partitions: int | None = None
 
 
 @dataclass
@@ -255,7 +258,7 @@ def realpdf_ray_data(paths: list[str], setup: Setup) -> Callable[[], Iterable[pa
     """flat_map pages -> map_batches clean -> groupby(path).map_groups(sort + assemble)."""
     ds = (
         _realpdf_pages(paths, setup)
-        .groupby("path")
+        .groupby("path", num_partitions=setup.partitions)
         .map_groups(text_document_group, batch_format="pyarrow")
     )
     return _batches(ds)
@@ -383,8 +386,10 @@ def _ocr_lines(paths: list[str], setup: Setup) -> Any:
 def ocr_ray_data(paths: list[str], setup: Setup) -> Callable[[], Iterable[pa.Table]]:
     """The natural Ray Data pipeline: two flat_maps, map_batches, two groupbys."""
     ds = _ocr_lines(paths, setup)
-    ds = ds.groupby(["path", "page_index"]).map_groups(ocr_page_group, batch_format="pyarrow")
-    ds = ds.groupby("path").map_groups(ocr_document_group, batch_format="pyarrow")
+    ds = ds.groupby(["path", "page_index"], num_partitions=setup.partitions)
+    ds = ds.map_groups(ocr_page_group, batch_format="pyarrow")
+    ds = ds.groupby("path", num_partitions=setup.partitions)
+    ds = ds.map_groups(ocr_document_group, batch_format="pyarrow")
     return _batches(ds)
 
 

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import log, publish
+from bench.common import SMOKE_PARTITIONS, log, publish
 from bench.documents import FLOORS, OCR, Run, Setup, consume, norm_path, ocr_limit, setup_dict
 from bench.systems import clean
 
@@ -127,7 +127,8 @@ def run(
         counts = page_counts(paths)
         pages = sum(counts.values())
         dpi = SCALES[scale]["dpi"]
-        setup = Setup(dpi=dpi, store_interval_s=1.0)
+        partitions = SMOKE_PARTITIONS if scale == "smoke" else None
+        setup = Setup(dpi=dpi, store_interval_s=1.0, partitions=partitions)
         cores = len(os.sched_getaffinity(0))
         log(
             f"ocr/{scale}: {len(paths)} PDFs, {pages} pages (max {max(counts.values())}), {dpi} dpi"

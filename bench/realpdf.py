@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import log, publish
+from bench.common import SMOKE_PARTITIONS, log, publish
 from bench.documents import FLOORS, REALPDF, Run, Setup, consume, page_counts, setup_dict
 from bench.systems import clean
 
@@ -56,7 +56,8 @@ def run(
 ) -> dict[str, Any]:
     """Run the three systems (twice each beyond smoke); write the JSON; return the headline."""
     scratch = Path(tempfile.mkdtemp(prefix="bench-realpdf-"))
-    setup = Setup(dpi=150 if keep_images else 72, keep_images=keep_images)
+    partitions = SMOKE_PARTITIONS if scale == "smoke" else None
+    setup = Setup(dpi=150 if keep_images else 72, keep_images=keep_images, partitions=partitions)
     repeats = SCALES[scale]["repeats"]
     try:
         paths = _corpus(scale, seed, input_dir, scratch)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.common import code_version, log, stamp
+from bench.common import SMOKE_PARTITIONS, code_version, log, stamp
 from bench.measure import median_ratio, results_path, write_json
 
 LATENCY_S = 0.2
@@ -107,15 +107,19 @@ def run_lineage_data(docs: list[dict[str, Any]], base_url: str) -> list[dict[str
     return rows
 
 
-def run_ray_data(docs: list[dict[str, Any]], base_url: str) -> list[dict[str, Any]]:
-    """flat_map -> map_batches(OpenAIChatStage) -> groupby(doc).map_groups."""
+def run_ray_data(
+    docs: list[dict[str, Any]], base_url: str, partitions: int | None = None
+) -> list[dict[str, Any]]:
+    """flat_map -> map_batches(OpenAIChatStage) -> groupby(doc).map_groups (``partitions``: smoke)."""
     import ray
 
     args = _stage_args(base_url, keep=("doc", "page"))
     ds = ray.data.from_items(docs).flat_map(pages)
     ds = ds.map_batches(args.pop("fn"), batch_format="pyarrow", **args)
     # map_batches keeps only what the stage returns: it passes doc and page through for the groupby
-    ds = ds.groupby("doc").map_groups(assemble_group, batch_format="pyarrow")
+    ds = ds.groupby("doc", num_partitions=partitions).map_groups(
+        assemble_group, batch_format="pyarrow"
+    )
     return ds.take_all()
 
 
@@ -151,7 +155,10 @@ def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
             for name in ORDER:
                 server.stats(reset=True)
                 start = time.perf_counter()
-                rows = SYSTEMS[name](docs, server.base_url)
+                if name == "ray_data" and scale == "smoke":
+                    rows = run_ray_data(docs, server.base_url, SMOKE_PARTITIONS)
+                else:
+                    rows = SYSTEMS[name](docs, server.base_url)
                 wall = time.perf_counter() - start
                 stats = server.stats()
                 _check(rows, docs, name)

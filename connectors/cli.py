@@ -27,9 +27,9 @@ from lineage_data.storage import resolve_filesystem, s3_errors
 
 def cmd_run(target: str, args: Sequence[str], *, module: bool = False) -> int:
     """Run a pipeline file (or, with ``module``, a module as ``python -m`` does) as ``__main__``."""
-    os.environ.setdefault("LINEAGE_DATA_PROGRESS", "1")
     if not module and not pathlib.Path(target).is_file():
         raise SystemExit(f"lineage-data: no pipeline file {target!r} (a module: run -m NAME)")
+    os.environ.setdefault("LINEAGE_DATA_PROGRESS", "1")
     if module and "" not in sys.path:
         sys.path.insert(0, "")  # as python -m: modules of the working directory are found
     sys.argv = [target, *args]

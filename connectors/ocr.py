@@ -16,7 +16,7 @@ package's own code; this module only turns it into lineage stages:
 The three-level pipeline::
 
     docs = ld.read_files("s3://corpus/scans/")
-    pages = docs.expand_lineage(PdfPages, fn_constructor_kwargs={"dpi": 150, "page_errors": "keep"})
+    pages = docs.expand_lineage(render_pages, fn_kwargs={"dpi": 150, "page_errors": "keep"})
     lines = pages.expand_lineage(DetectLines, compute=ray.data.ActorPoolStrategy(size=2))
     text = lines.map_batches(RecognizeLines, batch_size=64, compute=ray.data.ActorPoolStrategy(size=2))
     out = text.reduce_lineage(page_text).reduce_lineage(document_text)

@@ -3,13 +3,15 @@
 Two pieces, each behind the small interface lineage_data expects:
 
 * :func:`render_pages` (or the callable class :class:`PdfPages`) is an **expand** function: one row
-  holding PDF bytes in, one row per page out, in page order.
+  holding PDF bytes in, one row per page out, in page order. Prefer the function with
+  ``fn_kwargs``: rendering keeps no state, and Ray runs a function as tasks on its pooled workers,
+  where a class gets an actor pool (one more process per actor to start).
 * :class:`ExtractText` is a 1:1 **batch UDF** for ``map_batches(batch_format="pyarrow")`` that turns
   the page text layer into clean text and can fail pages whose text layer is (nearly) empty.
 
 A typical plan::
 
-    pages = docs.expand_lineage(PdfPages, fn_constructor_kwargs={"dpi": 100})
+    pages = docs.expand_lineage(render_pages, fn_kwargs={"dpi": 100})
     text = pages.map_batches(ExtractText, fn_constructor_kwargs={"min_chars": 20})
 
 Bad inputs raise the typed errors of :mod:`connectors.errors` before the first page is yielded, so

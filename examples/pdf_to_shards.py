@@ -21,7 +21,7 @@ from typing import Any
 
 import lineage_data as ld
 from connectors.ocr import DetectLines, RecognizeLines, document_text, page_text
-from connectors.pdf import PAGE_TIMEOUT_S, ExtractText, PdfPages, render_pages
+from connectors.pdf import PAGE_TIMEOUT_S, ExtractText, render_pages
 from connectors.testing.echo_llm import EchoLLM
 from connectors.vllm import VllmStage
 
@@ -90,11 +90,13 @@ def build_ocr(
     from examples._cli import model_args
 
     device = "cuda" if num_gpus else "cpu"
+    # The function, not the class PdfPages: rendering keeps no state, and Ray runs a function as
+    # tasks on pooled workers where a class gets an autoscaling actor pool (a process per actor).
     pages = docs.expand_lineage(
-        PdfPages,
+        render_pages,
         name="render_pages",
         timeout_s=PAGE_TIMEOUT_S,
-        fn_constructor_kwargs={"dpi": dpi, "page_errors": "keep"},
+        fn_kwargs={"dpi": dpi, "page_errors": "keep"},
     )
     lines = pages.expand_lineage(
         DetectLines,

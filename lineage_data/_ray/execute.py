@@ -98,6 +98,8 @@ class _Progress(threading.Thread):
         done = p["committed"] + p["failed"]
         if not (done or p["in_flight_parents"] or last):
             return  # Ray Data's executor is still starting its operators
+        if self._halt.is_set() and not last:
+            return  # a draw that was under way when the run ended: the last line is written
         shards = f", {p['shards']} shards written" if "shards" in p else ""
         text = (
             f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
@@ -212,6 +214,8 @@ class _Pass:
         self._supervisor = supervisor
         self.dataset = lower(plan, self.client, self.holders, keep_parents=keep_parents)
         self.registered = 0  # cursor into the coordinator's root registry
+        self.closed = False  # its helpers are stopped
+        self.last: dict[str, Any] = {}  # the coordinator's snapshot at the end of the pass
         self.counts: dict[str, dict[str, int]] = {}
         self.columns: dict[str, list[str]] = {}
         self.calls = 0
@@ -223,11 +227,12 @@ class _Pass:
     def finish(self) -> None:
         """Keep the pass's counts (the coordinator is asked once, at the end; a flat plan has none)."""
         if isinstance(self.client, CoordinatorClient):
-            snapshot = self.client.snapshot()
+            snapshot = self.last = self.client.snapshot()
             self.counts, self.calls = snapshot["counts"], snapshot["reports"]
             self.columns = snapshot.get("columns", {})
 
     def close(self) -> None:
+        self.closed = True
         self._supervisor.unwatch(self.helpers)
         stop_helpers(self.helpers, self.client)
 
@@ -267,8 +272,8 @@ class Execution:
         self._stand_ins: list[pa.Table] = []
         self._lost = 0
         self.dataset = self._pass.dataset
-        self._writing: CoordinatorClient | None = None  # the client a write's tasks report to
-        self._shown: tuple[Any, dict] = (None, {})  # the progress's last coordinator snapshot
+        self._writing: _Pass | None = None  # the pass whose coordinator a write's tasks report to
+        self._shown: tuple[Any, dict] = (None, {})  # the progress's last (pass, snapshot)
         self._progress = _Progress(self._progress_now) if _progress_enabled() else None
 
     # -- driver-side chores (supervisor thread) ----------------------------------------------------
@@ -296,21 +301,25 @@ class Execution:
     def _progress_now(self) -> dict[str, int]:
         with self._lock:
             progress = self._ledger.progress()
-        writing = self._writing
-        client = writing if writing is not None else self._pass.client
-        if not isinstance(client, CoordinatorClient):
+        current = self._writing if self._writing is not None else self._pass
+        if not isinstance(current.client, CoordinatorClient):
             return progress  # a flat plan: no parent is ever in flight
-        try:
-            snapshot = client.snapshot()
-            self._shown = (client, snapshot)
-        except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting or gone
-            # (stopped after the write: its last counts stand)
-            snapshot = self._shown[1] if self._shown[0] is client else {}
+        shown = self._shown[1] if self._shown[0] is current else {}
+        if current.closed:
+            # Its helpers are stopped: a call would wait helper_timeout_s for them (the display of
+            # every run with progress on ended 30 s late). Its last counts stand.
+            snapshot = current.last or shown
+        else:
+            try:
+                snapshot = current.client.snapshot()
+                self._shown = (current, snapshot)
+            except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting
+                snapshot = shown
         # the driver sees a parent only once it is done: the coordinator knows what is in flight
         progress["in_flight_parents"] = max(
             progress["in_flight_parents"], int(snapshot.get("in_flight_parents", 0))
         )
-        if writing is not None:  # a write: its tasks report to the coordinator as they finish
+        if self._writing is not None:  # a write: its tasks report to the coordinator as they finish
             written = snapshot.get("counts", {}).get(WRITTEN, {})
             for key in ("committed", "failed"):
                 progress[key] = max(progress[key], int(written.get(key, 0)))
@@ -392,7 +401,7 @@ class Execution:
             for current in self._run_passes():
                 ds = prepare(current.dataset) if prepare else current.dataset
                 progress = current.client if isinstance(current.client, CoordinatorClient) else None
-                self._writing = progress
+                self._writing = current
                 action(
                     accounted(
                         ds, level, self._account, keep_lineage=keep_lineage, progress=progress

@@ -66,9 +66,12 @@ def test_run_a_module_like_python_dash_m(tmp_path, monkeypatch):
     assert summarize(str(out))["rows"] == 5
 
 
-def test_run_refuses_what_is_not_a_file(tmp_path):
+def test_run_refuses_what_is_not_a_file(monkeypatch):
+    monkeypatch.delenv("LINEAGE_DATA_PROGRESS", raising=False)
     with pytest.raises(SystemExit, match="no pipeline file 'pdf'"):
         main(["run", "pdf"])  # examples are modules now: run -m examples.pdf_to_shards
+    # a refused run changes nothing (it turned progress on for the rest of the process)
+    assert "LINEAGE_DATA_PROGRESS" not in os.environ
 
 
 def test_a_library_error_is_one_line_without_traceback(tmp_path, capsys, monkeypatch):

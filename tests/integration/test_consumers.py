@@ -216,3 +216,37 @@ def test_a_from_ray_run_leaves_the_users_dataset_as_it_was():
     # the user's dataset and those derived from it still run, as often as they like
     assert sorted(r["id"] for r in src.map(lambda r: r).take_all()) == list(range(6))
     assert ld.from_ray(src).count() == 6
+
+
+def test_the_last_progress_line_never_waits_for_a_stopped_coordinator(monkeypatch, tmp_path):
+    # The final line of a consumer is drawn after its pass stopped the helpers. It asked the stopped
+    # coordinator, and the call waited helper_timeout_s (30 s) for it: every run with progress on
+    # (`lineage-data run`, a terminal) ended 30 s late. It must come from the pass's last counts.
+    import threading
+
+    from lineage_data._ray import execute
+    from lineage_data._ray.coordinator import CoordinatorClient
+
+    monkeypatch.setenv("LINEAGE_DATA_PROGRESS", "1")
+    monkeypatch.setenv("LINEAGE_DATA_PROGRESS_INTERVAL_S", "0.05")
+    stopped, late = set(), []
+    close, snapshot = execute._Pass.close, CoordinatorClient.snapshot
+
+    def closing(self):
+        if isinstance(self.client, CoordinatorClient):
+            stopped.add(self.client.name)
+        close(self)
+
+    def snapshot_of(self):
+        if self.name in stopped and threading.current_thread() is threading.main_thread():
+            late.append(self.name)
+        return snapshot(self)
+
+    monkeypatch.setattr(execute._Pass, "close", closing)
+    monkeypatch.setattr(CoordinatorClient, "snapshot", snapshot_of)
+    assert len(PLANS["closed"]().take_all()) == 9
+    PLANS["open"]().write_parquet(str(tmp_path / "open"))
+    assert (
+        pa.dataset.dataset(str(tmp_path / "open")).count_rows() == 16
+    )  # 15 pages, the stand-in of "bad"
+    assert stopped and late == []
