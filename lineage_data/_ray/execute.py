@@ -567,11 +567,11 @@ class Execution:
         return report
 
     def _close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
         self._supervisor.stop()
         for p in [self._pass, *self._passes]:
             p.close()
+        if self._progress is not None:  # after the passes closed: the last line asks no helper
+            self._progress.stop()  # (on a failed run, a dead coordinator would hold it 30 s)
 
 
 def detached_dataset(plan: Plan) -> Any:
