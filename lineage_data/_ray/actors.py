@@ -40,6 +40,10 @@ class Helper:
         handle: The current actor handle (looked up by name when it fails).
     """
 
+    stopped = (
+        False  # set on the driver's handles by kill_all (never pickled: workers never stop one)
+    )
+
     def __init__(self, name: str, namespace: str, role: str, handle: Any = None) -> None:
         self.name, self.namespace, self.role = name, namespace, role
         self._handle = handle
@@ -78,6 +82,11 @@ class Helper:
         deadline = time.monotonic() + helper_timeout_s()
         delay = 0.05
         while True:
+            if (
+                self.stopped
+            ):  # by its owner: waiting for it to come back would wait the whole timeout
+                where = f"stage {stage!r}: " if stage else ""
+                raise HelperLostError(f"{where}the lineage {self.role} ({self.name}) was stopped")
             try:
                 if self._handle is None:
                     self._handle = ray.get_actor(self.name, namespace=self.namespace)
@@ -204,6 +213,8 @@ def kill_all(helpers: Sequence[Helper]) -> None:
     Each is let finish starting first (a few seconds at most): killing an actor whose process is still
     starting makes Ray's control store log an error line for a run that did nothing wrong.
     """
+    for helper in helpers:
+        helper.stopped = True
     if not ray.is_initialized():  # a finalizer after ray.shutdown(): nothing left to stop
         return
     handles = []

@@ -214,7 +214,6 @@ class _Pass:
         self._supervisor = supervisor
         self.dataset = lower(plan, self.client, self.holders, keep_parents=keep_parents)
         self.registered = 0  # cursor into the coordinator's root registry
-        self.closed = False  # its helpers are stopped
         self.last: dict[str, Any] = {}  # the coordinator's snapshot at the end of the pass
         self.counts: dict[str, dict[str, int]] = {}
         self.columns: dict[str, list[str]] = {}
@@ -232,7 +231,6 @@ class _Pass:
             self.columns = snapshot.get("columns", {})
 
     def close(self) -> None:
-        self.closed = True
         self._supervisor.unwatch(self.helpers)
         stop_helpers(self.helpers, self.client)
 
@@ -304,17 +302,15 @@ class Execution:
         current = self._writing if self._writing is not None else self._pass
         if not isinstance(current.client, CoordinatorClient):
             return progress  # a flat plan: no parent is ever in flight
-        shown = self._shown[1] if self._shown[0] is current else {}
-        if current.closed:
-            # Its helpers are stopped: a call would wait helper_timeout_s for them (the display of
-            # every run with progress on ended 30 s late). Its last counts stand.
-            snapshot = current.last or shown
+        shown = current.last or (self._shown[1] if self._shown[0] is current else {})
+        if current.client.helper.stopped:  # the pass is over: its last counts stand
+            snapshot = shown
         else:
             try:
                 snapshot = current.client.snapshot()
                 self._shown = (current, snapshot)
-            except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting
-                snapshot = shown
+            except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting or
+                snapshot = shown  # stopped meanwhile (Helper.call then raises at once)
         # the driver sees a parent only once it is done: the coordinator knows what is in flight
         progress["in_flight_parents"] = max(
             progress["in_flight_parents"], int(snapshot.get("in_flight_parents", 0))

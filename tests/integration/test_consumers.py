@@ -246,7 +246,6 @@ def test_the_last_progress_line_never_waits_for_a_stopped_coordinator(monkeypatc
     monkeypatch.setattr(CoordinatorClient, "snapshot", snapshot_of)
     assert len(PLANS["closed"]().take_all()) == 9
     PLANS["open"]().write_parquet(str(tmp_path / "open"))
-    assert (
-        pa.dataset.dataset(str(tmp_path / "open")).count_rows() == 16
-    )  # 15 pages, the stand-in of "bad"
+    written = pa.dataset.dataset(str(tmp_path / "open")).count_rows()
+    assert written == 16  # 15 pages, the stand-in of "bad"
     assert stopped and late == []

@@ -138,6 +138,18 @@ def test_an_unreachable_helper_raises_a_typed_error_naming_the_stage(monkeypatch
         helper.call("ping", stage="ocr")
 
 
+def test_a_helper_its_owner_stopped_is_not_waited_for():
+    # A call to a helper the driver stopped itself waited helper_timeout_s for it to come back.
+    from lineage_data._ray.actors import kill_all, new_run_id
+    from lineage_data._ray.coordinator import start_coordinator
+
+    client, _ = start_coordinator(new_run_id())
+    assert client.helper.call("ping") is not None
+    kill_all([client.helper])
+    with pytest.raises(ld.HelperLostError, match=r"stage 'ocr': .*coordinator.* was stopped"):
+        client.helper.call("ping", stage="ocr")
+
+
 def test_issue_13_cases_on_ray():
     def pages(row):
         if row["doc"] == "bad":
