@@ -30,7 +30,7 @@ from lineage_data._core.stages import Reduce
 from lineage_data._core.state import derived_counts
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
-from lineage_data._ray.holders import HolderSet
+from lineage_data._ray.holders import HolderSet, start_holders
 from lineage_data._ray.lower import lower
 from lineage_data._ray.sinks import WRITTEN, AccountedSink, accounted
 from lineage_data._ray.typestore import TypeStore
@@ -202,15 +202,16 @@ class _Pass:
             self.helpers.append(self.client.helper)
             self.creators.append(create)
             supervisor.watch(self.client.helper, create)
-        self.holders: dict[int, HolderSet] = {}
-        for i, stage in enumerate(plan.stages):
-            if isinstance(stage, Reduce) and i >= plan.done:
-                holders, started = HolderSet.start(run_id, stage.name)
-                self.holders[i] = holders
-                for helper, recreate in started:
-                    supervisor.watch(helper, recreate)
-                    self.helpers.append(helper)
-                    self.creators.append(recreate)
+        reduces = [
+            (i, s) for i, s in enumerate(plan.stages) if isinstance(s, Reduce) and i >= plan.done
+        ]
+        started = start_holders(run_id) if reduces else []
+        for helper, recreate in started:
+            supervisor.watch(helper, recreate)
+            self.helpers.append(helper)
+            self.creators.append(recreate)
+        self._holders = [helper for helper, _ in started]
+        self.holders = {i: HolderSet(self._holders, stage.name) for i, stage in reduces}
         self._supervisor = supervisor
         self.dataset = lower(plan, self.client, self.holders, keep_parents=keep_parents)
         self.registered = 0  # cursor into the coordinator's root registry
@@ -220,8 +221,9 @@ class _Pass:
         self.calls = 0
 
     def forget(self, roots: list[str]) -> None:
-        for holders in self.holders.values():
-            holders.forget(roots)
+        """Tell every holder that ``roots`` reached the consumer (no wait)."""
+        for helper in self._holders:
+            helper.submit("forget", roots)
 
     def finish(self) -> None:
         """Keep the pass's counts (the coordinator is asked once, at the end; a flat plan has none)."""

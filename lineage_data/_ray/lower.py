@@ -301,7 +301,7 @@ def lower_stage(
     else:
         fn = _task_fn(shipped, generator)
     # A reduce takes whole blocks: each reduces the parents its block completes; partial groups
-    # wait in the stage's hash-partitioned holder actors.
+    # wait in the plan's hash-partitioned holder actors.
     batch_size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
     if isinstance(stage, MapBatches) and stage.level > 0 and batches_per_block(stage) > 1:
         whole_blocks = True  # one hand-off and commit per block

@@ -166,6 +166,93 @@ def pipeline(
     )
 
 
+def nested_corpus(n: int = 16) -> list[dict[str, Any]]:
+    """Parents of the two-reduce pipeline: 1..4 sections of 1..6 lines each (deterministic)."""
+    return [
+        {"doc": f"n{i:02d}", "sections": 1 + (i * 5) % 4, "salt": (i * 7919) % 1000}
+        for i in range(n)
+    ]
+
+
+def expand_sections(row: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """A document's sections in order, each with its line count."""
+    for s in range(int(row["sections"])):
+        yield {"section": s, "lines": 1 + (int(row["salt"]) + 3 * s) % 6}
+
+
+def expand_lines(row: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """A section's lines in order, each with a deterministic value to map."""
+    for i in range(int(row["lines"])):
+        yield {"line": i, "x": (int(row["section"]) * 131 + i * 17) % 997}
+
+
+class SlowLine:
+    """The two-reduce pipeline's pool stage: sleeps per batch, a deterministic value per line."""
+
+    def __init__(self, sleep_s: float = MAP_SLEEP_S) -> None:
+        self._sleep_s = sleep_s
+
+    def __call__(self, batch: pa.Table) -> dict[str, list]:
+        time.sleep(self._sleep_s)
+        docs, xs = batch["doc"].to_pylist(), batch["x"].to_pylist()
+        values = [
+            hashlib.sha1(f"{d}:{x}".encode()).hexdigest()[:8] for d, x in zip(docs, xs, strict=True)
+        ]
+        return {"line": batch["line"].to_pylist(), "value": values}
+
+
+def join_section(parent: dict, children: list[dict]) -> dict:
+    """A section's line values in order."""
+    return {"section": parent["section"], "values": [c["value"] for c in children]}
+
+
+def make_join_document(log_dir: str) -> Callable[[dict, list[dict]], dict]:
+    """A document's sections in order; logs when each document is reduced."""
+
+    def join_document(parent: dict, children: list[dict]) -> dict:
+        _log_line(log_dir, "reduce", f"{time.time()!r} {parent['doc']}")
+        return {"doc": parent["doc"], "sections": [c["values"] for c in children]}
+
+    return join_document
+
+
+def nested_pipeline(log_dir: str | os.PathLike) -> Any:
+    """documents -> sections -> lines -> a slow pool map -> reduce sections -> reduce documents."""
+    log_dir = str(log_dir)
+    os.makedirs(log_dir, exist_ok=True)
+    return (
+        ld.from_items(nested_corpus(), id_column="doc")
+        .expand_lineage(expand_sections, name="sections", carry=["doc"])
+        .expand_lineage(expand_lines, name="lines", carry=["doc"])
+        .map_batches(
+            SlowLine,
+            name=MAP_STAGE,
+            batch_size=BATCH_SIZE,
+            concurrency=2,
+            num_cpus=0.25,
+            batch_format="pyarrow",
+        )
+        .reduce_lineage(join_section, name="join_section")
+        .reduce_lineage(make_join_document(log_dir), name="join_document")
+    )
+
+
+def nested_expected() -> dict[str, Outcome]:
+    """The two-reduce pipeline's output computed in plain Python."""
+    out: dict[str, Outcome] = {}
+    for row in nested_corpus():
+        doc = row["doc"]
+        sections = tuple(
+            tuple(
+                hashlib.sha1(f"{doc}:{line['x']}".encode()).hexdigest()[:8]
+                for line in expand_lines(section)
+            )
+            for section in expand_sections(row)
+        )
+        out[doc] = ("PRESENT", None, (("doc", doc), ("sections", sections)))
+    return out
+
+
 def expected(items: list[dict] | None = None) -> dict[str, Outcome]:
     """The pipeline's output computed in plain Python: what every run, faulted or not, must give."""
     out: dict[str, Outcome] = {}

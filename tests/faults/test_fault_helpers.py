@@ -17,10 +17,10 @@ import pytest
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 
 
-def _faulted_run(tmp_path, method, target_class, rng):
+def _faulted_run(tmp_path, method, target_class, rng, pipeline=faultkit.pipeline):
     """One run that kills an instance of ``target_class`` (None: the first class found) at row 1."""
     before = faultkit.alive_actors()
-    ds = faultkit.pipeline(tmp_path)
+    ds = pipeline(tmp_path)
     seen: dict = {}
 
     def on_row(n):
@@ -32,6 +32,7 @@ def _faulted_run(tmp_path, method, target_class, rng):
         instances = sorted(
             (a for a in helpers.values() if a.class_name == cls), key=lambda a: a.actor_id
         )
+        seen["instances"] = len(instances)
         if not instances:
             return
         victim = rng.choice(instances)
@@ -67,6 +68,21 @@ def test_each_helper_actor_killed_mid_run_gives_the_clean_output(tmp_path, clean
     assert not bad, f"helper classes {classes}; failures: " + " || ".join(
         f"{cls}: {v}" for cls, v in bad.items()
     )
+
+
+def test_the_holder_both_reduces_share_killed_mid_run_gives_the_clean_output(tmp_path):
+    import ray
+
+    from lineage_data._ray.holders import CPUS_PER_HOLDER, MAX_HOLDERS
+
+    run, seen = _faulted_run(
+        tmp_path, "ray_kill", "GroupHolder", random.Random(3), pipeline=faultkit.nested_pipeline
+    )
+    # the two reduce stages share the plan's holders: one set, not one per stage
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    assert seen.get("instances") == max(1, min(MAX_HOLDERS, cpus // CPUS_PER_HOLDER)), seen
+    verdict = _verdict(run, seen, faultkit.nested_expected(), tmp_path)
+    assert verdict.startswith("ok"), verdict
 
 
 def _verdict(run, seen, reference, log_dir) -> str:

@@ -255,18 +255,18 @@ def test_isolate_on_ray_fails_only_the_poisoned_row():
 
 
 def test_partial_groups_spread_over_several_holders(tmp_path, monkeypatch):
-    from lineage_data._ray import holders
+    from lineage_data._ray import execute, holders
 
     monkeypatch.setattr(holders, "CPUS_PER_HOLDER", 2)  # 8 logical CPUs -> 4 holder actors
     started = []
-    original = holders.HolderSet.start.__func__
+    original = holders.start_holders
 
-    def spy(cls, run_id, stage, count=None):
-        hs, helpers = original(cls, run_id, stage, count)
-        started.append(len(hs.helpers))
-        return hs, helpers
+    def spy(run_id, count=None):
+        helpers = original(run_id, count)
+        started.append(len(helpers))
+        return helpers
 
-    monkeypatch.setattr(holders.HolderSet, "start", classmethod(spy))
+    monkeypatch.setattr(execute, "start_holders", spy)
     counts = long_tail(30, seed=5, hi=120)
     ds = plan(counts, tmp_path)
     check_against_reference(ds, ds.take_all())
