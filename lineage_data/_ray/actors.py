@@ -40,9 +40,8 @@ class Helper:
         handle: The current actor handle (looked up by name when it fails).
     """
 
-    stopped = (
-        False  # set on the driver's handles by kill_all (never pickled: workers never stop one)
-    )
+    # Set on the driver's handles by kill_all; never pickled (a worker's handle never stops a helper).
+    stopped = False
 
     def __init__(self, name: str, namespace: str, role: str, handle: Any = None) -> None:
         self.name, self.namespace, self.role = name, namespace, role
@@ -81,11 +80,9 @@ class Helper:
         """Call ``method`` and wait; re-resolve the actor by name while it is being replaced."""
         deadline = time.monotonic() + helper_timeout_s()
         delay = 0.05
+        where = f"stage {stage!r}: " if stage else ""
         while True:
-            if (
-                self.stopped
-            ):  # by its owner: waiting for it to come back would wait the whole timeout
-                where = f"stage {stage!r}: " if stage else ""
+            if self.stopped:  # by its owner: waiting for it to come back would wait the timeout
                 raise HelperLostError(f"{where}the lineage {self.role} ({self.name}) was stopped")
             try:
                 if self._handle is None:
@@ -99,7 +96,6 @@ class Helper:
             except (RayActorError, ValueError) as exc:
                 # ValueError: the name is free (the replacement is not up yet).
                 if time.monotonic() > deadline:
-                    where = f"stage {stage!r}: " if stage else ""
                     raise HelperLostError(
                         f"{where}the lineage {self.role} ({self.name}) could not be reached for "
                         f"{helper_timeout_s():.0f}s: {type(exc).__name__}"
