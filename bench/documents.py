@@ -18,6 +18,7 @@ recognizer, the same reducers) with the same resources, in one Ray instance:
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import threading
@@ -93,15 +94,32 @@ def norm_path(path: str) -> str:
 
 
 class StoreSampler(threading.Thread):
-    """Peak object-store bytes in use and bytes spilled, from the raylet's own memory stats."""
+    """Peak object-store bytes a run adds, and bytes spilled, from the raylet's own memory stats.
+
+    The objects of the system run before are freed asynchronously after its last row (a Ray Data
+    shuffle's take seconds): :meth:`settle` waits for the store to stop shrinking, and the peak is
+    counted above what is left then, so no system is charged with its predecessor's objects.
+    """
 
     def __init__(self, interval_s: float = 0.25) -> None:
         super().__init__(daemon=True, name="bench-store")
         self._interval = interval_s
         self._stop_event = threading.Event()
-        self.peak = 0
+        self.baseline = self.peak = 0
         self._spilled_at_start = self._stats()[1]
         self.spilled = 0
+
+    def settle(self, timeout_s: float = 30.0, poll_s: float = 0.5) -> None:
+        """Wait until the store is empty or unchanged for two polls; that is the baseline."""
+        gc.collect()  # the driver's last references to the previous run's blocks
+        deadline = time.monotonic() + timeout_s
+        last, same = self._stats()[0], 0
+        while last and same < 2 and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            used = self._stats()[0]
+            same = same + 1 if used >= last else 0
+            last = min(last, used)
+        self.baseline = self.peak = last
 
     @staticmethod
     def _stats() -> tuple[int, int]:
@@ -125,7 +143,8 @@ class StoreSampler(threading.Thread):
         self.peak = max(self.peak, used)
         mib = 1024 * 1024
         return {
-            "peak_object_store_mib": round(self.peak / mib, 2),
+            "peak_object_store_mib": round((self.peak - self.baseline) / mib, 2),
+            "object_store_at_start_mib": round(self.baseline / mib, 2),
             "spilled_mib": round((spilled - self._spilled_at_start) / mib, 2),
         }
 
@@ -144,6 +163,7 @@ def consume(
     second, so that the measuring does not load the Ray systems that the limit runs without.
     """
     memory, store = MemorySampler(), StoreSampler(store_interval_s)
+    store.settle()  # (untimed) the previous system's objects freed first
     memory.start()
     store.start()
     start = time.time()

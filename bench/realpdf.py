@@ -89,6 +89,7 @@ def run(
             "first_doc_frac": summaries[0]["first_doc_frac"],
             "rows_out": summaries[0]["rows_out"],
             "peak_object_store_mib": max(s["peak_object_store_mib"] for s in summaries),
+            "object_store_at_start_mib": max(s["object_store_at_start_mib"] for s in summaries),
             "spilled_mib": max(s["spilled_mib"] for s in summaries),
             "peak_driver_rss_mib": max(s["peak_driver_rss_mib"] or 0 for s in summaries),
         }
@@ -131,7 +132,10 @@ def run(
                 "Each system run `repeats` times in the order A B C C B A; wall_s is the median. "
                 "floor: the same flat_map + blocks + map_batches with no regroup (page rows out). "
                 "Peak object store: max of the raylet's object_store_bytes_used, sampled every "
-                "0.25 s; spilled: the growth of spilled_bytes_total during the run."
+                "0.25 s, above what was in use when the run started (each run starts once the "
+                "store has stopped shrinking: the previous system's objects freed, untimed; "
+                "object_store_at_start_mib: what was left); spilled: the growth of "
+                "spilled_bytes_total during the run."
             ),
             "systems": results,
             "headline": headline,

@@ -9,7 +9,6 @@ Ray is imported lazily: ``import lineage_data`` (and ``lineage_data._core``) loa
 from __future__ import annotations
 
 import importlib
-import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -98,15 +97,22 @@ def from_items(
 ) -> LineageDataset:
     """Level-0 rows from Python dicts; ``id_column`` names the root id (else the row position).
 
-    Duplicate ids raise :class:`DuplicateRootError` here, before anything runs.
+    The rows are converted to Arrow here, as Ray Data's ``from_items`` does: the dataset keeps that
+    snapshot, and changing the dicts afterwards does not change it. Duplicate ids raise
+    :class:`DuplicateRootError` and a column with the reserved ``_lineage_`` prefix a
+    :class:`PlanError` here, before anything runs.
     """
-    from lineage_data._core.source import root_ids
+    from lineage_data._core.source import items_table, root_ids
     from lineage_data.dataset import LineageDataset
 
-    rows = [dict(item) for item in items]
+    # Converted to Arrow here, once: the snapshot the plan keeps (later changes to the caller's
+    # dicts do not reach it), without copying every dict first (a million rows: ~0.5-3 s of
+    # allocation and garbage collection in the driver, measured).
+    rows = [item if type(item) is dict else dict(item) for item in items]
     roots = tuple(root_ids(rows, id_column))
-    known = frozenset(itertools.chain.from_iterable(rows)) if rows else None
-    source = ItemsSource(items=tuple(rows), id_column=id_column, roots=roots, columns=known)
+    table = items_table(rows, roots)
+    known = frozenset(columns.user_columns(table.column_names)) if rows else None
+    source = ItemsSource(table=table, id_column=id_column, roots=roots, columns=known)
     return LineageDataset(Plan(source))
 
 

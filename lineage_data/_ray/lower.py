@@ -25,13 +25,7 @@ from lineage_data._core.errors import WorkerCrashedError
 from lineage_data._core.guard import set_concurrent
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
-from lineage_data._core.source import (
-    column_ids,
-    content_ids,
-    ids_digest,
-    items_table,
-    with_lineage,
-)
+from lineage_data._core.source import column_ids, content_ids, ids_digest, with_lineage
 from lineage_data._core.stages import AnyStage, Expand, Filter, MapBatches, MapRows
 from lineage_data._core.terminal import TerminalOp
 
@@ -392,11 +386,10 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
 
 
 def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
-    items, roots = src.items, src.roots  # from_items computed the roots (and checked them) up front
+    table, roots = src.table, src.roots  # from_items converted the rows and checked their roots
     keep = plan.select(roots)
     if len(keep) != len(roots):
-        items, roots = tuple(items[i] for i in keep), tuple(roots[i] for i in keep)
-    table = items_table(list(items), list(roots))
+        table = table.take(pa.array(keep, pa.int64()))
     per_block = _items_per_block(table.num_rows)
     tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
     # Not from_arrow: it asks a remote task per table for the metadata the driver has in hand (64

@@ -653,3 +653,21 @@ def test_from_items_keeps_keys_of_later_rows_and_fails_rows_that_do_not_fit():
         status(out["2"])[0] == "SUPPRESSED"
     )  # failed at the source, suppressed by the map after it
     assert status(out["2"])[1:] == ("TypeConflict: column 'n' has int64 and string", "from_items")
+
+
+def test_from_items_takes_a_snapshot_of_the_rows():
+    """The plan keeps the rows as they were at from_items; a dict changed or a list emptied later
+    does not reach it (the rows are converted to Arrow there, as Ray Data's from_items does)."""
+    items = [{"doc": d, "n": d * 10} for d in range(4)]
+    plan = ld.from_items(items, id_column="doc").map(lambda r: {"n": r["n"] + 1})
+    items[0]["n"] = -1
+    items[1]["doc"] = 99
+    items.clear()
+    out = by_root(run_local(plan.plan, batch_size=2, shuffle=False).rows)
+    assert sorted(out) == ["0", "1", "2", "3"]
+    assert [out[str(d)]["n"] for d in range(4)] == [1, 11, 21, 31]
+
+
+def test_from_items_refuses_a_reserved_column_before_anything_runs():
+    with pytest.raises(ld.PlanError, match="reserved prefix"):
+        ld.from_items([{"doc": 0, C.ROOT: "x"}], id_column="doc")

@@ -40,11 +40,10 @@ def test_lost_roots_become_failed_rows_with_a_lost_cause():
 def open_rows(plan):
     """Rows of an open-level plan with their headers, as the terminal step hands them over."""
     from lineage_data._core.ops import build_op
-    from lineage_data._core.source import with_lineage
     from lineage_data._core.state import LineageState
 
     state = LineageState()
-    table = with_lineage(pa.Table.from_pylist(list(plan.source.items)), list(plan.source.roots))
+    table = plan.source.table
     tables = [table]
     for index in range(len(plan.stages)):
         op = build_op(plan, index, state, rows_per_block=3, holders=GroupBuffer())
