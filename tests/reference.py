@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 import lineage_data as ld
+from lineage_data._core import columns as C
 from lineage_data._core.failures import GroupFailure, RecordFailure
 from lineage_data._core.plan import Plan
 from lineage_data._core.stages import Kind
@@ -126,7 +127,8 @@ def reference(plan: Plan) -> dict[str, tuple[str, dict | None, str | None]]:
     """``root -> (outcome, user row or None, cause)`` for a closed plan over a from_items source."""
     from lineage_data._core.source import root_ids
 
-    items = [dict(x) for x in plan.source.items]
+    table = plan.source.table  # from_items' rows, as Arrow: their user columns as dicts
+    items = table.select(C.user_columns(table.column_names)).to_pylist()
     roots = root_ids(items, plan.source.id_column)
     ents = [Ent("PRESENT", dict(x)) for x in items]
     _run(plan.stages, 0, ents, False)

@@ -76,9 +76,7 @@ def run_local(
     keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
     state = LineageState()
     ledger = Ledger(plan.level, [roots[i] for i in keep], started_at=0.0)
-    table = plan.source.table
-    if len(keep) != len(roots):
-        table = table.take(pa.array(keep, pa.int64()))
+    table = plan.source.rows(keep)
     rng = random.Random(seed)
     tables = [table]
     for index in range(len(plan.stages)):

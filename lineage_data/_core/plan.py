@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lineage_data._core import columns as C
 from lineage_data._core.errors import PlanError
 from lineage_data._core.stages import AnyStage, Expand, Filter, Kind, MapBatches, MapRows, Reduce
 
@@ -48,10 +47,11 @@ class ItemsSource(Source):
     table: pa.Table
     roots: tuple[str, ...]
 
-    @property
-    def items(self) -> list[dict[str, Any]]:
-        """The rows as dicts of their user columns (missing values are None)."""
-        return self.table.select(C.user_columns(self.table.column_names)).to_pylist()
+    def rows(self, keep: Sequence[int]) -> pa.Table:
+        """The rows at positions ``keep`` (the table itself when that is every row)."""
+        if len(keep) == self.table.num_rows:
+            return self.table
+        return self.table.take(pa.array(keep, pa.int64()))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -386,10 +386,7 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
 
 
 def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
-    table, roots = src.table, src.roots  # from_items converted the rows and checked their roots
-    keep = plan.select(roots)
-    if len(keep) != len(roots):
-        table = table.take(pa.array(keep, pa.int64()))
+    table = src.rows(plan.select(src.roots))  # from_items converted the rows, checked their roots
     per_block = _items_per_block(table.num_rows)
     tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
     # Not from_arrow: it asks a remote task per table for the metadata the driver has in hand (64
