@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lineage_data._core.plan import Plan
-from lineage_data._core.stages import Expand, MapBatches, Reduce
+from lineage_data._core.stages import Compute, Expand, MapBatches, Reduce
 
 # Rows per block when nothing downstream says how it batches (the historical default).
 DEFAULT_ROWS_PER_BLOCK = 16
@@ -71,11 +71,14 @@ def batches_per_block(stage: MapBatches) -> int:
 
 def cpu_function(stage: MapBatches) -> bool:
     """True for a function on CPUs: not a class (an actor pool), no GPUs, no custom resources."""
-    compute = stage.compute
-    accelerated = compute.num_gpus or {"resources", "accelerator_type"} & set(
-        compute.ray_remote_args
+    return not (stage.call.is_class or accelerated(stage.compute))
+
+
+def accelerated(compute: Compute) -> bool:
+    """True when a stage asks for GPUs, custom resources or an accelerator type."""
+    return bool(
+        compute.num_gpus or {"resources", "accelerator_type"} & set(compute.ray_remote_args)
     )
-    return not (stage.call.is_class or accelerated)
 
 
 def cuts_source_blocks(plan: Plan, index: int, source_block_rows: int) -> bool:

@@ -1,4 +1,8 @@
-"""Lowering a lineage plan to a ``ray.data.Dataset``: one Ray Data map step per stage, no shuffle."""
+"""Lowering a lineage plan to a ``ray.data.Dataset``: one Ray Data map step per stage, no shuffle.
+
+A reduce right after a 1:1 stage on a CPU actor pool runs in that stage's actors (see
+:func:`folds_into`); every other stage is a step of its own.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +23,14 @@ from ray.data import ActorPoolStrategy
 from ray.data._internal.util import get_compute_strategy
 
 from lineage_data._core import columns as C
-from lineage_data._core.blocks import batches_per_block, cuts_source_blocks
+from lineage_data._core.blocks import accelerated, batches_per_block, cuts_source_blocks
 from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.errors import WorkerCrashedError
 from lineage_data._core.guard import set_concurrent
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import column_ids, content_ids, ids_digest, with_lineage
-from lineage_data._core.stages import AnyStage, Expand, Filter, MapBatches, MapRows
+from lineage_data._core.stages import AnyStage, Expand, Filter, MapBatches, MapRows, Reduce
 from lineage_data._core.terminal import TerminalOp
 
 try:  # Ray Data's context of the running map task (internal; the digest alone where it moved)
@@ -54,7 +58,8 @@ MAX_INLINE_STEP_BYTES = 64 * 1024
 class _Step:
     """What a worker needs to run one stage.
 
-    For the last stage of a plan the terminal step is folded in: one Ray step fewer per block.
+    For the last stage of a plan the terminal step is folded in: one Ray step fewer per block. ``then``:
+    the reduces that run in this stage's actors, after it (:func:`folds_into`).
     """
 
     plan: Plan
@@ -64,6 +69,7 @@ class _Step:
     holders: Any = None
     terminal: bool = False
     keep_parents: bool = False  # the terminal step keeps the headers' parent rows
+    then: tuple[_Step, ...] = ()  # reduces folded into this step's actor (see folds_into)
 
     def build(self, fn: Any = None) -> Callable[[pa.Table], Any]:
         """The stage's operator; ``fn``: its 1:1 user callable, already built (see :meth:`bind`)."""
@@ -91,6 +97,8 @@ class _Step:
                     watchdog=True,
                 ),
             )
+        if self.then:
+            return _chain([op, *(step.build() for step in self.then)])
         if not self.terminal:
             return op
         end = TerminalOp(self.plan.level, keep_parents=self.keep_parents)
@@ -102,6 +110,45 @@ class _Step:
         """The user callable of this (1:1) stage, built once for the operators of an actor's threads."""
         stage = self.plan.stages[self.index]
         return _constructing(stage, self.client.for_stage(stage.name), stage.call.bind)
+
+
+def _chain(ops: list[Callable[[pa.Table], Any]]) -> Callable[[pa.Table], Any]:
+    """The operators of a stage and the reduces folded into it, one after the other on each batch.
+
+    A crash in a folded reduce also reads as a crash of the block the stage before it finished (its
+    end is journaled with its next attempt, as usual). That costs no row its value: the retry runs
+    the stage's block isolated, and its rows, never seen crashing alone, run again as one call
+    (:meth:`Guard.batch <lineage_data._core.guard.Guard.batch>`), while the reduce's own journal
+    pins the crash on its parent (tests/faults/test_fault_crashes.py).
+    """
+
+    def chained(batch: pa.Table) -> Any:
+        for op in ops:
+            batch = op(batch)
+        return batch
+
+    return chained
+
+
+def folds_into(host: AnyStage, stage: AnyStage) -> bool:
+    """True when ``stage``, a reduce, runs in the actors of ``host``, the stage right before it.
+
+    Ray Data fuses a task step into the task step before it, never into an actor pool's: a reduce
+    after a model on a CPU actor pool would be a step of its own, one more task per block with its
+    launch, its input's trip through the object store, and its latency at the end of the run. On
+    CPU-bound OCR the plan ran at the floor without its two reduces and 3 % over it with them
+    (bench/README, "Reduces in the model's actor"). So a reduce the user gave no compute of its own
+    (a function or none: no strategy, no resources) runs in the actor of a 1:1 stage on CPUs,
+    right after the actor's call. Not after an actor on GPUs or custom resources: the accelerator
+    would wait while the reduce runs. The reduce keeps its own journal, policy and timeout; a
+    timeout or a crash in it ends the actor, which Ray restarts (its model is built again).
+    """
+    if not isinstance(stage, Reduce) or not isinstance(host, MapBatches | MapRows | Filter):
+        return False
+    own = stage.compute
+    if stage.call.is_class or own.describe() or own.ray_remote_args:
+        return False
+    return isinstance(compute_strategy(host), ActorPoolStrategy) and not accelerated(host.compute)
 
 
 def _constructing(stage: AnyStage, client: Any, make: Callable[[], R]) -> R:
@@ -143,7 +190,8 @@ class _Shipped:
         pickled = ray.cloudpickle.dumps(step)
         self.step: _Step | None = step if len(pickled) <= MAX_INLINE_STEP_BYTES else None
         self.ref = ray.put(step) if self.step is None else None
-        self.name = step.plan.stages[step.index].name
+        stages = step.plan.stages
+        self.name = "->".join(stages[s.index].name for s in (step, *step.then))
         self.key = (step.client.name, step.index)
 
     def get(self) -> _Step:
@@ -515,15 +563,27 @@ def lower(
     shipped = plan.for_workers()  # stage closures must not carry the source rows to every task
     last = len(plan.stages) - 1
     sourced = source_block_rows(plan)
-    for index in range(plan.done, len(plan.stages)):
+
+    def step(index: int, then: tuple[_Step, ...] = ()) -> _Step:
         rows = rows_per_block or block_rows(plan, index)  # one downstream batch (see _core.blocks)
-        step = _Step(
-            shipped, index, client, rows, holder_sets.get(index), index == last, keep_parents
+        terminal = index == last and not then
+        return _Step(
+            shipped, index, client, rows, holder_sets.get(index), terminal, keep_parents, then
         )
+
+    index = plan.done
+    host = None
+    while index < len(plan.stages):
+        host = plan.stages[index]
+        folded = index + 1
+        while folded <= last and folds_into(host, plan.stages[folded]):
+            folded += 1
+        lowered = step(index, tuple(step(i) for i in range(index + 1, folded)))
         whole = cuts_source_blocks(plan, index, sourced)
-        ds = lower_stage(ds, step, _Shipped(step), whole_blocks=whole)
-    if len(plan.stages) > plan.done:
-        return in_one_piece(ds, plan.stages[-1])
+        ds = lower_stage(ds, lowered, _Shipped(lowered), whole_blocks=whole)
+        index = folded
+    if host is not None:
+        return in_one_piece(ds, host)
     end = TerminalOp(plan.level, keep_parents=keep_parents)
 
     def terminal(batch: pa.Table) -> pa.Table:

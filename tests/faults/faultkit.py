@@ -145,8 +145,13 @@ def pipeline(
     *,
     source: Any = None,
     expand: Callable[[dict], Iterable[dict]] = expand_children,
+    reduce_args: dict[str, Any] | None = None,
 ) -> Any:
-    """The standard faulted pipeline (lazy); ``source`` replaces the ``from_items`` source."""
+    """The standard faulted pipeline (lazy); ``source`` replaces the ``from_items`` source.
+
+    ``reduce_args``: Ray arguments of the reduce (none: it runs in the map's actors, as a reduce
+    after a CPU actor pool does; ``num_cpus=1``: as tasks of its own, as after a GPU pool).
+    """
     log_dir = str(log_dir)
     os.makedirs(log_dir, exist_ok=True)
     if source is None:
@@ -162,7 +167,7 @@ def pipeline(
             fn_constructor_kwargs={"log_dir": log_dir},
             batch_format="pyarrow",
         )
-        .reduce_lineage(make_assemble(log_dir), name=REDUCE_STAGE)
+        .reduce_lineage(make_assemble(log_dir), name=REDUCE_STAGE, **(reduce_args or {}))
     )
 
 

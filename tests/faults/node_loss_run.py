@@ -34,6 +34,12 @@ FAST_NODE_DEATH = {
 }  # after the first row: remove the node once it runs our work (or after this)
 
 
+# The reduce as tasks of its own (as after a GPU pool): without arguments it runs in the map's two
+# actors (lineage_data._ray.lower.folds_into), and a worker node that got neither actor would run
+# no work of the pipeline after the first row. A dead actor with a folded reduce in it is covered by
+# test_fault_workers.py (its random kills hit the map's actors).
+REDUCE_ARGS = {"num_cpus": 1}
+
 T0 = time.time()
 
 
@@ -114,13 +120,17 @@ def main(log_root: str) -> dict:
     out: dict = {"runs": []}
     try:
         log_dir = Path(log_root) / "clean"
-        out["clean"] = _jsonable_run(faultkit.consume(faultkit.pipeline(log_dir)), log_dir)
+        out["clean"] = _jsonable_run(
+            faultkit.consume(faultkit.pipeline(log_dir, reduce_args=REDUCE_ARGS)), log_dir
+        )
         _log(f"clean run: {len(out['clean']['rows'])} rows, error {out['clean']['error']}")
         for i in range(len(workers)):
             remover = NodeRemover(cluster, workers[i])
             remover.start()
             log_dir = Path(log_root) / f"node{i}"
-            run = faultkit.consume(faultkit.pipeline(log_dir), remover.on_row)
+            run = faultkit.consume(
+                faultkit.pipeline(log_dir, reduce_args=REDUCE_ARGS), remover.on_row
+            )
             remover.armed.set()  # a run that yields no row still removes the node
             remover.done.wait(timeout=60)
             entry = _jsonable_run(run, log_dir)

@@ -18,6 +18,7 @@ import pytest
 from reference import by_root, status
 
 import lineage_data as ld
+from lineage_data._ray.lower import folds_into
 
 BAD = "d03"
 
@@ -282,3 +283,35 @@ def test_a_worker_lost_once_beside_a_crashing_input_fails_only_the_crashing_root
     _check(
         out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died 3 times", "score")
     )
+
+
+@pytest.mark.parametrize("how", ["exit", "hang"])
+def test_a_crash_or_hang_in_a_reduce_run_in_the_actors_before_it_fails_that_parent_only(how):
+    """The reduce runs in the model's actors (a CPU pool): its crash is not one of the model's rows.
+
+    ``max_crash_retries=0`` on both: a crash pinned on the model's rows would fail them (the other
+    documents' pages) after one crash. A hang ends the actor (the watchdog), which Ray restarts.
+    """
+
+    class Score:
+        def __call__(self, batch):
+            return {"value": batch["page"] * 10}
+
+    def reduce(parent, children):
+        if parent["doc"] == BAD:
+            _die(how)
+        return _reduce(parent, children)
+
+    ds = (
+        _docs()
+        .expand_lineage(_pages, name="pages")
+        .map_batches(
+            Score, name="score", batch_size=4, num_cpus=0.25, concurrency=1, max_crash_retries=0
+        )
+        .reduce_lineage(reduce, name="docs", max_crash_retries=0, timeout_s=5)
+    )
+    score, docs = ds.plan.stages[1:]
+    assert folds_into(score, docs)
+    out = by_root(ds.take_all(), ds.report())
+    cause = "WorkerCrashedError: stage 'docs'" if how == "exit" else "no result in 5 s"
+    _check(out, ("FAILED", cause, "docs"))

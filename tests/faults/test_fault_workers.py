@@ -15,14 +15,15 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 KILL_AT_ROWS = (1, 4, 8)
 # A worker of the reduce step: Ray Data titles task steps ``MapBatches(<fn name>)`` and pool actors
 # ``MapWorker(MapBatches(<class name>))``; the library names the reduce step after the stage
-# (``assemble`` here), after its kind (``reduce``), or (older trees) ``stage_task``.
+# (``assemble`` here), after its kind (``reduce``), or (older trees) ``stage_task``. A reduce run in
+# the map's actors is named in theirs (``MapWorker(MapBatches(slow->assemble))``).
 REDUCE_STEP = re.compile(
     rf"Map(Batches)?\(.*({re.escape(faultkit.REDUCE_STAGE)}|reduce|stage_task)", re.IGNORECASE
 )
 
 
-def _run_with_kills(tmp_path, seed, pattern=None):
-    ds = faultkit.pipeline(tmp_path)
+def _run_with_kills(tmp_path, seed, pattern=None, reduce_args=None):
+    ds = faultkit.pipeline(tmp_path, reduce_args=reduce_args)
     killer = faultkit.Killer(KILL_AT_ROWS, seed=seed, pattern=pattern)
     killer.start()
     try:
@@ -65,7 +66,10 @@ def test_three_random_worker_sigkills_give_the_clean_output(tmp_path, clean_refe
     _check(run, killer, clean_reference, tmp_path)
 
 
-def test_reduce_step_worker_sigkills_give_the_clean_output(tmp_path, clean_reference):
-    run, killer = _run_with_kills(tmp_path, seed=2, pattern=REDUCE_STEP)
+@pytest.mark.parametrize(
+    "reduce_args", [None, {"num_cpus": 1}], ids=["in_the_map_actors", "tasks_of_its_own"]
+)
+def test_reduce_step_worker_sigkills_give_the_clean_output(tmp_path, clean_reference, reduce_args):
+    run, killer = _run_with_kills(tmp_path, seed=2, pattern=REDUCE_STEP, reduce_args=reduce_args)
     assert all(REDUCE_STEP.search(k.title) for k in killer.kills), killer.summary()
     _check(run, killer, clean_reference, tmp_path)

@@ -321,3 +321,65 @@ def test_one_piece_joins_small_chunks_and_leaves_big_ones():
     ]
     joined = one_piece(pa.table({"t": pa.chunked_array(ragged)}))
     assert joined["t"].num_chunks == 1 and len(joined) == 5
+
+
+def _lines(row):
+    return [{"doc": row["doc"], "x": 10 * int(row["doc"][1:]) + j} for j in range(row["n"])]
+
+
+def _joined(parent, children):
+    return {"doc": parent["doc"], "xs": [c["y"] for c in children]}
+
+
+def _ocr_like(**model):
+    """Documents -> lines -> a model on an actor pool -> joined per document -> the list, twice."""
+    return (
+        ld.from_items(DOCS, id_column="doc")
+        .expand_lineage(lambda row: [row], name="pages")
+        .expand_lineage(_lines, name="lines")
+        .map_batches(Times, name="model", batch_size=3, num_cpus=0.25, **model)
+        .reduce_lineage(_joined, name="page")
+        .reduce_lineage(name="document")
+    )
+
+
+def test_reduces_after_a_cpu_actor_pool_run_in_its_actors():
+    """Ray Data fuses no task step into an actor pool's: the lowering folds the reduces in itself."""
+    ds = _ocr_like(compute=ActorPoolStrategy(size=2))
+    ops = map_ops(lower(ds.plan, Offline(), {}))
+    model = ops["MapBatches(model->page->document)"]
+    assert type(model.compute).__name__ == "ActorPoolStrategy"
+    assert not {"MapBatches(page)", "MapBatches(document)", "MapBatches(model)"} & set(ops)
+    rows = {r["_lineage_root"]: r for r in ds.take_all()}
+    assert {root: r["_lineage_outcome"] for root, r in rows.items()} == {
+        d["doc"]: "PRESENT" for d in DOCS
+    }
+    for d in DOCS:
+        first = 10 * int(d["doc"][1:])
+        assert list(rows[d["doc"]]["xs"]) == [[2 * (first + j) for j in range(d["n"])]]
+
+
+@pytest.mark.parametrize(
+    ("model", "reduce"),
+    [
+        ({"compute": ActorPoolStrategy(size=1), "num_gpus": 1}, {}),
+        ({"compute": ActorPoolStrategy(size=1), "resources": {"accelerator": 1}}, {}),
+        ({"compute": ActorPoolStrategy(size=1)}, {"num_cpus": 0.5}),
+        ({"compute": ActorPoolStrategy(size=1)}, {"compute": TaskPoolStrategy(size=1)}),
+        ({}, {}),  # a class with no strategy: Ray's autoscaling pool, folded
+    ],
+    ids=["gpu_actor", "custom_resource_actor", "reduce_resources", "reduce_strategy", "default"],
+)
+def test_a_reduce_stays_a_step_of_its_own_after_an_accelerator_or_when_given_compute(model, reduce):
+    """An accelerator would wait while the reduce ran; a reduce with compute of its own gets it."""
+    ds = (
+        ld.from_items(DOCS, id_column="doc")
+        .expand_lineage(_lines, name="lines")
+        .map_batches(Times, name="model", batch_size=3, num_cpus=0.25, **model)
+        .reduce_lineage(_joined, name="page", **reduce)
+    )
+    ops = map_ops(lower(ds.plan, Offline(), {}))
+    folded = not model.get("num_gpus") and "resources" not in model and not reduce
+    assert ("MapBatches(model->page)" in ops) == folded
+    assert ("MapBatches(page)" in ops) == (not folded)
+    assert ("MapBatches(model)" in ops) == (not folded)
