@@ -137,12 +137,12 @@ def folds_into(host: AnyStage, stage: AnyStage) -> bool:
     after a model on a CPU actor pool would be a step of its own, one more task per block with its
     launch, its input's trip through the object store, and its latency at the end of the run. On
     CPU-bound OCR the plan ran at the floor without its two reduces and 4 % over it with them as
-    tasks; run in the recognizer's actors, 3 % faster than as tasks (bench/README, "Reduces in the
-    model's actor"). So a reduce the user gave no compute of its own
-    (a function or none: no strategy, no resources) runs in the actor of a 1:1 stage on CPUs,
-    right after the actor's call. Not after an actor on GPUs or custom resources: the accelerator
-    would wait while the reduce runs. The reduce keeps its own journal, policy and timeout; a
-    timeout or a crash in it ends the actor, which Ray restarts (its model is built again).
+    tasks; run in the recognizer's actors, they were 3 % faster than as tasks (bench/README,
+    "Reduces in the model's actor"). So a reduce the user gave no compute of its own (a function or
+    none: no strategy, no resources) runs in the actor of a 1:1 stage on CPUs, right after the
+    actor's call. Not after an actor on GPUs or custom resources: the accelerator would wait while
+    the reduce runs. The reduce keeps its own journal, policy and timeout; a timeout or a crash in
+    it ends the actor, which Ray restarts (its model is built again).
     """
     if not isinstance(stage, Reduce) or not isinstance(host, MapBatches | MapRows | Filter):
         return False
