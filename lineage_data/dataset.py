@@ -300,7 +300,9 @@ class LineageDataset:
         the rest and lists the missing ordinals in ``_lineage_missing``. A raising ``fn`` fails that
         parent (``on_error="raise"`` stops the run). Without ``fn`` every child column becomes an
         ordered list column. Each parent is emitted the moment its own children are all in: no
-        groupby, no barrier.
+        groupby, no barrier. Given no ``compute`` or resources, a reduce right after a stage on a
+        CPU actor pool runs in that pool's actors (after a GPU stage, as tasks of its own; see the
+        cluster guide, "Resources").
         """
         return self._then(
             Reduce,
