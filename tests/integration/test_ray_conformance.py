@@ -331,21 +331,18 @@ def _joined(parent, children):
     return {"doc": parent["doc"], "xs": [c["y"] for c in children]}
 
 
-def _ocr_like(**model):
-    """Documents -> lines -> a model on an actor pool -> joined per document -> the list, twice."""
-    return (
+def test_reduces_after_a_cpu_actor_pool_run_in_its_actors():
+    """Ray Data fuses no task step into an actor pool's: the lowering folds the reduces in itself."""
+    ds = (  # documents -> one page each -> lines -> a model on a CPU pool -> page -> document
         ld.from_items(DOCS, id_column="doc")
         .expand_lineage(lambda row: [row], name="pages")
         .expand_lineage(_lines, name="lines")
-        .map_batches(Times, name="model", batch_size=3, num_cpus=0.25, **model)
+        .map_batches(
+            Times, name="model", batch_size=3, num_cpus=0.25, compute=ActorPoolStrategy(size=2)
+        )
         .reduce_lineage(_joined, name="page")
         .reduce_lineage(name="document")
     )
-
-
-def test_reduces_after_a_cpu_actor_pool_run_in_its_actors():
-    """Ray Data fuses no task step into an actor pool's: the lowering folds the reduces in itself."""
-    ds = _ocr_like(compute=ActorPoolStrategy(size=2))
     ops = map_ops(lower(ds.plan, Offline(), {}))
     model = ops["MapBatches(model->page->document)"]
     assert type(model.compute).__name__ == "ActorPoolStrategy"
