@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import SMOKE_PARTITIONS, log, publish
-from bench.documents import FLOORS, OCR, Run, Setup, consume, norm_path, ocr_limit, setup_dict
+from bench.documents import (
+    FLOORS,
+    OCR,
+    Run,
+    Setup,
+    consume,
+    norm_path,
+    ocr_limit,
+    setup_dict,
+    warm_up_run,
+)
 from bench.systems import clean
 
 # pages: (PDFs, max pages, mean pages, dpi, lines per page). Small: about 280 pages, ~1 CPU-s each.
@@ -140,6 +150,7 @@ def run(
         order = [*systems, *reversed(systems)] if repeats > 1 else list(systems)
         runs: dict[str, list[Run]] = {}
         skipped: dict[str, str] = {}
+        warm = None if scale == "smoke" else warm_up_run(OCR, paths, setup, counts)
         for system in order:
             if system in skipped:
                 continue
@@ -199,11 +210,12 @@ def run(
                 "median_pages": statistics.median(counts.values()),
                 "generator": None if input_dir else SCALES[scale],
             },
-            "setup": {**setup_dict(setup), "cores": cores},
+            "setup": {**setup_dict(setup), "cores": cores, "warm_up": warm},
             "same_text_as_lineage_data": same,
             "notes": (
                 "Each system `repeats` times in the order A B C .. C B A; wall_s is the median "
-                "(walls_s: every run). "
+                "(walls_s: every run), after one untimed floor run on the shortest PDFs "
+                "(setup.warm_up: the first pipeline in a fresh Ray starts its worker pool). "
                 "One Ray instance (8 logical CPUs on this machine's cores) for every Ray system; "
                 "each model stage has `actors` actors (per_document twice as many), one "
                 "onnxruntime thread each. limit = the same page functions in plain processes, one "
