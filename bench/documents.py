@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench.common import log
 from bench.measure import MemorySampler
 
 
@@ -578,6 +579,7 @@ def warm_up_run(
     few = warm_up_paths(paths, counts)
     run = consume("floor", runners["floor"](few, setup), key=None)
     pages = sum(counts[p] for p in few)
+    log(f"warm-up, untimed: floor on {len(few)} PDFs ({pages} pages), {run.wall_s:.1f}s")
     return {"system": "floor", "pdfs": len(few), "pages": pages, "wall_s": round(run.wall_s, 3)}
 
 

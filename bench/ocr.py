@@ -151,10 +151,6 @@ def run(
         runs: dict[str, list[Run]] = {}
         skipped: dict[str, str] = {}
         warm = None if scale == "smoke" else warm_up_run(OCR, paths, setup, counts)
-        if warm:
-            log(
-                f"warm-up, untimed: floor on {warm['pdfs']} PDFs ({warm['pages']} pages), {warm['wall_s']}s"
-            )
         for system in order:
             if system in skipped:
                 continue

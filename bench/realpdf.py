@@ -79,10 +79,6 @@ def run(
         order = list(ORDER) + (list(reversed(ORDER)) if repeats > 1 else [])
         runs: dict[str, list[Run]] = {name: [] for name in ORDER}
         warm = None if scale == "smoke" else warm_up_run(REALPDF, paths, setup, counts)
-        if warm:
-            log(
-                f"warm-up, untimed: floor on {warm['pdfs']} PDFs ({warm['pages']} pages), {warm['wall_s']}s"
-            )
         for system in order:
             log(f"running {system} ...")
             key = None if system in FLOORS else "path"
