@@ -5,17 +5,26 @@ segfault or an abort in native code, ``os._exit``, an out-of-memory kill) raises
 retries its task or actor call, with no end, on the same input. So every block a stage's operator
 runs is journaled in the coordinator first (:meth:`LineageState.attempt`, one call per block, the
 previous block's end sent with it): an attempt that began and never ended is a crash. A block that
-crashed more than ``max_crash_retries`` times is isolated: its units (rows, parents, groups) run one
-at a time, each journaled (the units an earlier attempt died on first, see :meth:`Guard.suspects`),
-and a unit that then kills its process ``max_crash_retries`` times alone (at least once) ends
-FAILED with ``WorkerCrashedError``, without being run again; every other unit keeps its normal
-value. A worker lost once, not by its input, costs a retry of its block and never fails a unit.
+crashed is isolated on its retry: its units (rows, parents, groups) run one at a time, each
+journaled (the units an earlier attempt died on first, see :meth:`Guard.suspects`), and a unit that
+has killed its process ``max_crash_retries + 1`` times in all (its block's deaths and its own alone,
+at least one of them alone) ends FAILED with ``WorkerCrashedError``, without being run again; every
+other unit keeps its normal value. A worker lost once, not by its input, costs one isolated retry of
+its block and never fails a unit.
 
 A call that hangs (``timeout_s``): a watchdog thread records the timeout in the journal and ends
 the process, so Ray replaces it and retries; a block that timed out is isolated at once, and a unit
 that timed out ends FAILED with ``TimeoutError``. A hang inside native code that holds Python's lock
 cannot be seen by a Python thread, so :mod:`faulthandler`'s C-level watchdog ends the process a few
 seconds later as a backstop; that attempt is journaled as a crash.
+
+An actor that dies again and again before it finishes anything is isolated whatever the block
+journal says (:func:`born`): each life of a pool actor is journaled under the actor's id, which Ray
+keeps across restarts, and ended by the first report of finished work. Past ``max_crash_retries``
+lives in a row that ended nothing, the next life runs its blocks isolated (its units, whose keys are
+their lineage keys, are journaled one by one and fail on their own crashes); past
+:func:`barren_limit` of them the stage raises a typed :class:`WorkerCrashedError`. So a crash loop
+ends even where a block's key were to change between Ray's retries.
 
 Several operators of one stage may run in one process at once (an actor with several batches in
 flight, see :func:`set_concurrent`). Their user calls then run together, but a unit of an isolated
@@ -49,6 +58,7 @@ _BACKSTOP_S = (
 )
 
 
+_LIVES: dict[str, _Life] = {}  # this actor's life, by stage (see born)
 _concurrent = False  # several operators of a stage run in this process at once (set_concurrent)
 
 
@@ -60,6 +70,61 @@ def set_concurrent(on: bool = True) -> None:
     """
     global _concurrent
     _concurrent = on
+
+
+def doom_limit(max_crash_retries: int, units: int) -> int:
+    """Deaths of one block, isolated or not, past which no unit of it is run again.
+
+    More than a block of ``units`` units needs when every death is pinned on the unit that caused
+    it (one whole, one for each set of its units run together, and ``max_crash_retries`` (at least
+    one) alone for each unit), with room to spare: more means a death that no unit owns (a crash
+    that comes after its input's call returned, or outside any call).
+    """
+    retries = max_crash_retries + 1
+    return retries * (units + 1) + units * max(1, max_crash_retries) + 1
+
+
+def barren_limit(max_crash_retries: int) -> int:
+    """Lives in a row an actor may end without finishing anything before its stage fails.
+
+    Isolation starts after ``max_crash_retries + 1`` such lives and a unit alone fails after at most
+    ``max_crash_retries`` more (at least one), so a loop past this many has a cause no unit owns.
+    """
+    return 2 * max_crash_retries + 3
+
+
+class _Life:
+    """One life of a pool actor, journaled until it reports finished work (see :func:`born`)."""
+
+    def __init__(self, key: str, barren: int) -> None:
+        self.key = key
+        self.barren = barren  # earlier lives in a row that ended nothing
+
+    def ends(self) -> list[str]:
+        """The ends that forget this actor's barren lives (one per attempt on the key)."""
+        return [self.key] * (self.barren + 1)
+
+
+def born(stage: str, journal: Any, actor: str, max_crash_retries: int) -> int:
+    """A life of pool actor ``actor`` begins in ``stage``: how many lives before it ended nothing.
+
+    Called once per process start of the actor (Ray restarts an actor after its process died). The
+    life is one journal attempt; the first report of finished work from this process ends it. A
+    life that never reports one died before finishing anything: its blocks (whatever their keys)
+    killed it. Raises :class:`WorkerCrashedError` past :func:`barren_limit` such lives in a row.
+    """
+    if not hasattr(journal, "attempt"):
+        return 0
+    key = f"life of actor {actor}"
+    barren, _ = journal.attempt(stage, key, ())
+    barren = int(barren)
+    if barren > barren_limit(max_crash_retries):
+        raise WorkerCrashedError(
+            f"stage {stage!r}: an actor died {barren} times in a row before it finished a block, "
+            "and isolating its inputs did not stop it (a crash outside any one input)"
+        )
+    _LIVES[stage] = _Life(key, barren)
+    return barren
 
 
 class _Gate:
@@ -154,6 +219,8 @@ class Guard:
         self._rest: str | None = None  # the rows of an isolated block run together (see batch)
         self._alone = False  # inside alone(): this guard's thread runs alone in the process
         self._isolated = False  # the current block's units run one by one
+        self._doomed = 0  # deaths of the current block past doom_limit: its units are failed
+        self._block_crashes = 0  # deaths of the current block before this attempt
 
     @classmethod
     def of(cls, stage: Any, journal: Any, *, watchdog: bool) -> Guard:
@@ -171,10 +238,17 @@ class Guard:
         """Whether blocks are journaled (False for a client that keeps no journal)."""
         return self._active
 
-    def _attempt(self, key: str) -> tuple[int, int]:
+    def _attempt(self, key: str | None) -> tuple[int, int]:
         ended, self._ended = self._ended, []
+        if ended and (life := _LIVES.pop(self._stage, None)) is not None:
+            ended += life.ends()  # finished work reached the journal: this life was not barren
         crashes, timeouts = self._journal.attempt(self._stage, key, ended)
         return int(crashes), int(timeouts)
+
+    def _barren(self) -> bool:
+        """This actor's earlier lives died more than ``max_crash_retries`` times in a row idle."""
+        life = _LIVES.get(self._stage)
+        return life is not None and life.barren > self._max
 
     def block(self, n: int, first: str, last: str) -> bool:
         """Begin a block of ``n`` units: True to run it whole, False to isolate its units."""
@@ -183,7 +257,9 @@ class Guard:
         key = block_key(n, first, last)
         crashes, timeouts = self._attempt(key)
         self._block = self._current = key
-        self._isolated = crashes > self._max or bool(timeouts)
+        self._block_crashes = crashes
+        self._isolated = crashes > 0 or bool(timeouts) or self._barren()
+        self._doomed = crashes if crashes > doom_limit(self._max, n) else 0
         return not self._isolated
 
     def batch(self, n: int, first: str, last: str) -> bool:
@@ -191,10 +267,12 @@ class Guard:
 
         Journaled as a block of their own (``"rest"`` + :func:`block_key`); see :meth:`suspects`.
         """
+        if self._doomed:
+            return False
         key = "rest" + block_key(n, first, last)
         crashes, timeouts = self._attempt(key)
         self._current = self._rest = key
-        return crashes <= self._max and not timeouts
+        return not (crashes or timeouts)
 
     def done_batch(self) -> None:
         """The rows begun with :meth:`batch` are through."""
@@ -205,17 +283,27 @@ class Guard:
 
     def unit(self, key: str) -> Status | None:
         """Begin one unit of an isolated block: its FAILED status, or None to run it."""
+        if self._doomed:
+            cause = (
+                f"stage {self._stage!r}: the worker died {self._doomed} times on the block holding "
+                "this input, and no one input of it was seen dying alone (a crash that comes after "
+                "its input's call returned, or outside any call)"
+            )
+            return outcomes.from_exception(WorkerCrashedError(cause), self._stage)
         crashes, timeouts = self._attempt(key)
         self._current = key
         if timeouts:
             self._ended.append(key)
             cause = f"stage {self._stage!r}: no result in {self._limit:g} s"
             return outcomes.from_exception(TimeoutError(cause), self._stage)
-        if crashes >= max(1, self._max):
-            # alone, it died max_crash_retries times (at least once), after its whole block died
-            # max_crash_retries + 1 times: the cause counts both
+        # Its block died with it once (that death isolated the block; the block's later deaths
+        # are this unit's or its neighbours' alone, counted on their own keys).
+        whole = 1 if self._block_crashes else 0
+        if crashes >= max(1, self._max + 1 - whole):
+            # it died max_crash_retries + 1 times in all, at least once alone (the death that
+            # pins it on this unit)
             self._ended.append(key)
-            total = crashes + self._max + 1
+            total = crashes + whole
             why = self._why(key) or ("a native crash or abort, os._exit, or an out-of-memory kill")
             cause = f"stage {self._stage!r}: the worker died {total} times on this input ({why})"
             return outcomes.from_exception(WorkerCrashedError(cause), self._stage)
@@ -252,23 +340,24 @@ class Guard:
             finally:
                 self._alone = False
                 if _concurrent and self._ended:
-                    ended, self._ended = self._ended, []
-                    self._journal.attempt(self._stage, None, ended)
+                    self._attempt(None)
 
     def done_block(self) -> None:
         """The block is through (its end goes with the next attempt of this process).
 
         An isolated block's ends are told at once: its last unit left pending would read as a
         crash of that unit if the process died before its next attempt, and a unit is failed on
-        its own crashes.
+        its own crashes. Its own end is never told: if the process dies before Ray has its output,
+        the retry counts one more death of the block, so deaths that no unit owns still add up to
+        :func:`doom_limit`.
         """
-        if self._block is not None:
+        if self._block is not None and not self._isolated:
             self._ended.append(self._block)
         if self._isolated and self._ended:
-            ended, self._ended = self._ended, []
-            self._journal.attempt(self._stage, None, ended)
+            self._attempt(None)
         self._block = self._current = None
         self._isolated = False
+        self._doomed = 0
 
     def call(self, fn: Callable[..., R], *args: Any) -> R:
         """``fn(*args)`` under the stage's timeout (none in-process or without ``timeout_s``)."""

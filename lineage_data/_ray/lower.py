@@ -26,7 +26,7 @@ from lineage_data._core import columns as C
 from lineage_data._core.blocks import accelerated, batches_per_block, cuts_source_blocks
 from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.errors import WorkerCrashedError
-from lineage_data._core.guard import set_concurrent
+from lineage_data._core.guard import born, set_concurrent
 from lineage_data._core.ops import build_op
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import column_ids, content_ids, ids_digest, with_lineage
@@ -105,6 +105,18 @@ class _Step:
         if isinstance(self.plan.stages[self.index], Expand):
             return lambda batch: (end(block) for block in op(batch))
         return lambda batch: end(op(batch))
+
+    def born(self) -> None:
+        """A life of this step's actor begins (a process start: Ray restarts a dead actor).
+
+        Journaled per stage it runs (see :func:`lineage_data._core.guard.born`): an actor whose lives
+        keep dying before they finish anything isolates its blocks, then fails its stage, typed.
+        """
+        actor = ray.get_runtime_context().get_actor_id() or "(no actor)"
+        for step in (self, *self.then):
+            stage = step.plan.stages[step.index]
+            client = step.client.for_stage(stage.name)
+            born(stage.name, client, actor, stage.max_crash_retries)
 
     def bind(self) -> Any:
         """The user callable of this (1:1) stage, built once for the operators of an actor's threads."""
@@ -219,6 +231,7 @@ def _actor_class(shipped: _Shipped, generator: bool, threads: int = 1) -> type:
                 self._step = step
                 self._local = threading.local()
             self._run = step.build(self._fn) if threads > 1 else step.build()
+            step.born()
             self._spare: Any = self._run  # the first thread to call takes the operator built here
 
         def _op(self) -> Callable[[pa.Table], Any]:

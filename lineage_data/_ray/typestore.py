@@ -110,7 +110,7 @@ class _NodeJournal:
     runs without a coordinator to avoid; an attempt and the previous end cost ~0.1 ms in files here.
     An attempt's file goes when it ends, so one left behind is an attempt whose process died. Ray retries a task on
     any node: a retry on another node starts counting there, so a crashing input costs at most
-    ``max_crash_retries + 1`` crashes per node before it is isolated (bounded, not global).
+    ``max_crash_retries + 1`` deaths per node before it fails (bounded, not global).
     """
 
     def __init__(self, root: str) -> None:
@@ -126,7 +126,11 @@ class _NodeJournal:
     def attempt(self, stage: str, key: str | None, ended: Sequence[str]) -> tuple[int, int]:
         with self._lock:
             for name in ended:
-                for path in self._mine.pop((stage, name), []):
+                # An end of a key this process holds no attempt on forgets one attempt a dead
+                # process left (as LineageState counts ends): how an actor's life forgets the
+                # barren lives before it (lineage_data._core.guard.born).
+                mine = self._mine.pop((stage, name), None) or self._left_behind(stage, name)[:1]
+                for path in mine:
                     try:
                         os.unlink(path)
                     except FileNotFoundError:
@@ -146,6 +150,17 @@ class _NodeJournal:
                 pass
             self._mine.setdefault((stage, key), []).append(path)
             return crashes, timeouts
+
+    def _left_behind(self, stage: str, key: str) -> list[str]:
+        directory = self._dir(stage, key)
+        try:
+            return [
+                os.path.join(directory, e)
+                for e in sorted(os.listdir(directory))
+                if e.startswith("a-")
+            ]
+        except FileNotFoundError:
+            return []
 
     def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` with an attempt left behind (crashed) or a timeout, on this node."""

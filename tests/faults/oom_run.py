@@ -36,6 +36,13 @@ def score(batch):
     return {"value": batch["page"] * 10}
 
 
+class Score:
+    """``score`` on an actor pool (``oom_run.py actors``): Ray restarts the actor the monitor kills."""
+
+    def __call__(self, batch):
+        return score(batch)
+
+
 def assemble(doc, kids):
     return {"value": [k["value"] for k in kids]}
 
@@ -58,10 +65,14 @@ def main() -> int:
         },
     )
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if sys.argv[1:] == ["actors"]:  # the defaults, as a user writes them first
+        stage = {"fn": Score, "compute": ray.data.ActorPoolStrategy(size=2), "num_cpus": 0.25}
+    else:
+        stage = {"fn": score, "max_crash_retries": 0}
     ds = (
         ld.from_items([{"doc": f"d{i}"} for i in range(5)], id_column="doc")
         .expand_lineage(pages, name="pages")
-        .map_batches(score, name="score", batch_size=3, max_crash_retries=0)
+        .map_batches(name="score", batch_size=3, **stage)
         .reduce_lineage(assemble, name="docs")
     )
     rows = {

@@ -118,13 +118,13 @@ def test_an_abort_in_an_actor_pool_is_retried_then_isolated():
             Score, name="score", batch_size=4, num_cpus=0.25, concurrency=2, max_crash_retries=1
         )
         .reduce_lineage(_reduce, name="docs")
-    )  # the block twice, then the row once alone (the default, 2, is in tests/unit/test_guard.py)
+    )  # the block once, then the row once alone (the default, 2, is in tests/unit/test_guard.py)
     out = by_root(ds.take_all(), ds.report())
     _check(
         out,
         (
             "SUPPRESSED",
-            "WorkerCrashedError: stage 'score': the worker died 3 times on this input (Aborted)",
+            "WorkerCrashedError: stage 'score': the worker died 2 times on this input (Aborted)",
             "score",
         ),
     )
@@ -281,7 +281,7 @@ def test_a_worker_lost_once_beside_a_crashing_input_fails_only_the_crashing_root
     out = by_root(ds.take_all(), ds.report())
     assert os.path.exists(marker)
     _check(
-        out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died 3 times", "score")
+        out, ("SUPPRESSED", "WorkerCrashedError: stage 'score': the worker died 2 times", "score")
     )
 
 

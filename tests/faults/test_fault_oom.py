@@ -19,10 +19,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 
-def test_a_row_killed_by_the_memory_monitor_fails_with_an_out_of_memory_cause():
+@pytest.mark.parametrize("lowering", ["tasks", "actors"])
+def test_a_row_killed_by_the_memory_monitor_fails_with_an_out_of_memory_cause(lowering):
     env = child_env(LINEAGE_DATA_PROGRESS="0")
     proc = subprocess.run(
-        [sys.executable, str(HERE / "oom_run.py")],
+        [sys.executable, str(HERE / "oom_run.py"), lowering],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import lineage_data as ld
+from lineage_data._core import guard as guard_module
 from lineage_data._core.guard import Guard, block_key, unit_key
 from lineage_data._core.state import LineageState
 
@@ -27,32 +28,32 @@ def test_a_hung_attempt_is_counted_apart():
     assert state.attempt("s", "k") == (1, 1)
 
 
-def test_a_block_is_isolated_after_max_crash_retries_and_its_crashing_unit_fails():
+def test_a_crashed_block_is_isolated_and_its_crashing_unit_fails_after_max_crash_retries_plus_one():
     state = LineageState()
-    guard = Guard("ocr", state, max_crash_retries=1)
     first, last = unit_key("doc", (0,)), unit_key("doc", (3,))
-    assert guard.block(4, first, last)  # attempt 1 (its process dies)
-    guard = Guard("ocr", state, max_crash_retries=1)  # the retry, in a new process
-    assert guard.block(4, first, last)  # one crash: still whole
-    guard = Guard("ocr", state, max_crash_retries=1)
-    assert not guard.block(4, first, last)  # two crashes: isolate
+    bad = unit_key("doc", (1,))
+    guard = Guard("ocr", state, max_crash_retries=2)
+    assert guard.block(4, first, last)  # attempt 1: whole (its process dies: death 1)
+    guard = Guard("ocr", state, max_crash_retries=2)  # the retry, in a new process
+    assert not guard.block(4, first, last)  # one crash: isolated at once
     assert guard.unit(first) is None
     guard.done(first)
-    bad = unit_key("doc", (1,))
-    assert guard.unit(bad) is None  # the row that kills the process, first time alone
-    guard = Guard("ocr", state, max_crash_retries=1)
+    assert guard.unit(bad) is None  # the row that kills the process, alone (death 2)
+    guard = Guard("ocr", state, max_crash_retries=2)
     assert not guard.block(4, first, last)
     assert guard.suspects([first, bad, last]) == {bad}  # run first: it fails before the others
-    status = guard.unit(bad)  # alone it died max_crash_retries (1) times: it fails
+    assert guard.unit(bad) is None  # two deaths in all: one more try (death 3)
+    guard = Guard("ocr", state, max_crash_retries=2)
+    assert not guard.block(4, first, last)
+    status = guard.unit(bad)  # max_crash_retries + 1 = 3 deaths: it fails, not run again
     assert status is not None and status.outcome.value == "FAILED"
     assert status.cause.startswith("WorkerCrashedError: stage 'ocr': the worker died 3 times")
     assert guard.batch(2, unit_key("doc", (2,)), last)  # the others together, journaled apart
     guard.done_batch()
-    guard = Guard("ocr", state, max_crash_retries=2)
-    fresh = unit_key("doc", (7,))
-    assert guard.unit(fresh) is None
-    guard = Guard("ocr", state, max_crash_retries=2)
-    assert guard.unit(fresh) is None  # with the default 2, one death alone is not enough
+    fresh = unit_key("doc", (7,))  # a unit of a block isolated for other reasons (no deaths)
+    for _ in range(2):
+        assert Guard("ocr", state, max_crash_retries=1).unit(fresh) is None
+    assert Guard("ocr", state, max_crash_retries=1).unit(fresh) is not None  # two deaths alone
 
 
 def test_the_cause_names_why_the_processes_died_when_the_journal_can_tell():
@@ -72,17 +73,17 @@ def test_the_cause_names_why_the_processes_died_when_the_journal_can_tell():
 
     journal = Journal()
     key = unit_key("doc", (1,))
-    for who in ("w1", "w2"):  # two processes begin the unit and die
+    for who in ("w1", "w2", "w3"):  # three processes begin the unit and die
         journal.who = who
         assert Guard("ocr", journal, max_crash_retries=2).unit(key) is None
-    journal.who = "w3"
+    journal.who = "w4"
     status = Guard("ocr", journal, max_crash_retries=2).unit(key)
     assert status is not None
     assert status.cause == (
-        "WorkerCrashedError: stage 'ocr': the worker died 5 times on this input "
-        "(Segmentation fault in w1,w2)"
+        "WorkerCrashedError: stage 'ocr': the worker died 3 times on this input "
+        "(Segmentation fault in w1,w2,w3)"
     )
-    journal.attempt("ocr", None, [key, key, key])
+    journal.attempt("ocr", None, [key] * 4)
     assert journal.crashed_by("ocr", key) == []  # forgotten with the key
 
 
@@ -138,8 +139,8 @@ def test_an_isolated_block_that_ran_through_leaves_no_unit_that_reads_as_crashed
     """Its process dying after the block (a later stage, a node lost) fails none of its units."""
     state = LineageState()
     keys = [unit_key("doc", (i,)) for i in range(3)]
-    for _ in range(2):  # the block's process dies twice, not by its input
-        assert Guard("ocr", state, max_crash_retries=1).block(3, keys[0], keys[-1])
+    # the block's process dies once, not by its input
+    assert Guard("ocr", state, max_crash_retries=1).block(3, keys[0], keys[-1])
     guard = Guard("ocr", state, max_crash_retries=1)
     assert not guard.block(3, keys[0], keys[-1])  # isolated
     for key in keys:
@@ -150,3 +151,105 @@ def test_an_isolated_block_that_ran_through_leaves_no_unit_that_reads_as_crashed
     assert not guard.block(3, keys[0], keys[-1])
     assert guard.suspects(keys) == set()
     assert all(guard.unit(key) is None for key in keys)  # none of them ever crashed
+
+
+def _new_life(state, stage="ocr", max_crash_retries=2):
+    """A restarted actor's process: the module's lives forgotten, as in a new process."""
+    guard_module._LIVES.clear()
+    return guard_module.born(stage, state, "actor-1", max_crash_retries)
+
+
+@pytest.fixture
+def fresh_lives():
+    guard_module._LIVES.clear()
+    yield
+    guard_module._LIVES.clear()
+
+
+@pytest.mark.usefixtures("fresh_lives")
+def test_an_actor_that_keeps_dying_isolates_its_blocks_even_when_their_keys_change():
+    """The backstop: the block journal never sees a crash (a new key each retry), the lives do.
+
+    Each isolated life runs a unit or two, reports them (the life was not barren) and dies on the
+    bad unit; that unit's own crashes grow by one each such round, so the loop ends within
+    ``max_crash_retries`` rounds of ``max_crash_retries + 2`` lives.
+    """
+    state = LineageState()
+    bad = unit_key("doc", (1,))
+    units = [unit_key("doc", (0,)), bad, unit_key("doc", (2,))]
+    deaths = 0
+    for retry in range(40):
+        _new_life(state)
+        guard = Guard("ocr", state, max_crash_retries=2)
+        if guard.block(3, units[0], f"{units[-1]}#{retry}"):  # a key no retry repeats
+            deaths += 1  # the block runs whole and dies on its bad unit
+            continue
+        suspects = guard.suspects(units)
+        failed = []
+        for key in sorted(units, key=lambda k: k not in suspects):
+            status = guard.unit(key)
+            if status is not None:
+                failed.append((key, status))
+            elif key == bad:
+                break  # dies alone on it
+            else:
+                guard.done(key)
+        else:
+            guard.done_block()
+            assert [k for k, _ in failed] == [bad]
+            assert failed[0][1].cause.startswith("WorkerCrashedError: stage 'ocr': the worker died")
+            break
+        deaths += 1
+    else:
+        pytest.fail("the actor kept dying")
+    assert deaths <= guard_module.barren_limit(2) + 2
+    assert guard_module._LIVES == {}  # this life reported finished work: it ended
+
+
+@pytest.mark.usefixtures("fresh_lives")
+def test_a_life_that_finished_work_forgets_the_barren_ones_before_it():
+    state = LineageState()
+    for _ in range(3):
+        _new_life(state)  # three lives die before finishing anything
+    assert _new_life(state) == 3
+    guard = Guard("ocr", state, max_crash_retries=2)
+    assert not guard.block(1, "a", "a")  # barren lives past max_crash_retries: isolated
+    assert guard.unit("a") is None
+    guard.done("a")
+    guard.done_block()  # the isolated block's ends are reported at once, with the life's
+    assert _new_life(state) == 0  # the next death starts from a clean slate
+    assert Guard("ocr", state, max_crash_retries=2).block(1, "b", "b")
+
+
+@pytest.mark.usefixtures("fresh_lives")
+def test_an_actor_that_dies_with_nothing_to_isolate_fails_its_stage_typed():
+    state = LineageState()
+    limit = guard_module.barren_limit(2)
+    for _ in range(limit + 1):
+        _new_life(state)
+    with pytest.raises(ld.WorkerCrashedError, match="stage 'ocr': an actor died 8 times in a row"):
+        _new_life(state)
+
+
+def test_a_block_whose_deaths_no_unit_owns_fails_its_units_after_the_doom_limit():
+    """Every unit runs and ends, yet the process dies before Ray has the block's output, each time
+    (a crash that comes later than the input's own call): the block cannot loop for ever."""
+    state = LineageState()
+    units = [unit_key("doc", (i,)) for i in range(3)]
+    limit = guard_module.doom_limit(2, 3)
+    attempts = 0
+    for _ in range(limit + 2):
+        attempts += 1
+        guard = Guard("ocr", state, max_crash_retries=2)
+        whole = guard.block(3, units[0], units[-1])
+        statuses = [] if whole else [guard.unit(key) for key in units]
+        if any(s is not None for s in statuses):
+            break
+        for key in units if not whole else ():
+            guard.done(key)
+        guard.done_block()  # ... and the process dies before its next attempt
+    else:
+        pytest.fail("the block was run for ever")
+    assert attempts == limit + 2  # the attempt after limit + 1 deaths fails the units
+    assert all(s is not None and s.outcome.value == "FAILED" for s in statuses)
+    assert f"the worker died {limit + 1} times on the block holding this input" in statuses[0].cause
