@@ -348,23 +348,41 @@ _SPACES = re.compile(r"[^\S\n]+")  # runs of whitespace other than newlines
 _BLANK_LINES = re.compile(r"\n{3,}")
 
 
+# A hyphenation point PDFium found: its marker U+FFFE (a noncharacter), U+0002 in older PDFium
+# builds, or a soft hyphen U+00AD. At a line end the word goes on on the next line: join it.
+_HYPHEN_AT_LINE_END = re.compile("[\u00ad\ufffe\x02][^\\S\n]*\n[^\\S\n]*")
+
+
+def _kept(ch: str) -> bool:
+    """False for a character that is never text: controls, format characters, noncharacters."""
+    if ch in "\n\t":
+        return True
+    code = ord(ch)
+    if 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE:  # the 66 noncharacters
+        return False
+    return unicodedata.category(ch) not in ("Cc", "Cf", "Cs")
+
+
 def normalize_text(text: str) -> str:
     r"""Normalize a page's text layer for training data.
 
-    Applies Unicode NFKC (ligatures such as "ﬁ" become "fi"), drops control and format characters
-    (PDFium's soft hyphens and NULs), turns ``\r\n`` and ``\r`` into ``\n``, collapses runs of
-    spaces and tabs into one space, strips each line, keeps at most one blank line in a row and
-    strips the whole text.
+    Joins a word hyphenated at a line end (PDFium marks the hyphenation point with U+FFFE, older
+    builds with U+0002; a soft hyphen U+00AD does the same), then drops every control, format and
+    noncharacter code point (the markers left inside a line, NULs, lone surrogates), applies
+    Unicode NFKC (ligatures such as "ﬁ" become "fi"), turns ``\r\n`` and ``\r`` into ``\n``,
+    collapses runs of spaces and tabs into one space, strips each line, keeps at most one blank
+    line in a row and strips the whole text.
 
     Example:
         >>> normalize_text("  ﬁrst\tline \r\n\r\n\r\n\x00second  ")
         'first line\n\nsecond'
+        >>> normalize_text("to improve\ufffe\r\nments and re\u00adread, not\ufffeyet")
+        'to improvements and reread, notyet'
     """
-    # Drop control and format characters first: NFKC may compose across a removed one.
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = "".join(
-        ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf")
-    )
+    text = _HYPHEN_AT_LINE_END.sub("", text)
+    # Drop them before NFKC: it may compose across a removed character.
+    text = "".join(ch for ch in text if _kept(ch))
     text = unicodedata.normalize("NFKC", text)
     lines = (_SPACES.sub(" ", line).strip() for line in text.split("\n"))
     return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()

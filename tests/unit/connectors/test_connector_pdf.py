@@ -3,6 +3,7 @@
 import functools
 import io
 import math
+import unicodedata
 
 import pyarrow as pa
 import pytest
@@ -196,6 +197,47 @@ def test_normalize_text_is_idempotent(text):
     assert once == once.strip()
     assert "\r" not in once
     assert "\n\n\n" not in once
+
+
+def _text_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF whose text layer is ``lines``, one text line each (Helvetica)."""
+    from connectors.testing.corpus import _pdf_string, _write_pdf
+
+    content = b"".join(
+        b"BT /F1 11 Tf 72 %d Td %s Tj ET\n" % (720 - 14 * i, _pdf_string(line))
+        for i, line in enumerate(lines)
+    )
+    return _write_pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+            b"/Resources << /Font << /F1 5 0 R >> >> >>",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        ]
+    )
+
+
+def test_a_word_hyphenated_at_a_line_end_is_joined_in_pdfiums_own_output():
+    pdf = _text_pdf(["We want to improve-", "ments of the text, and not", "in the middle."])
+    (page,) = render_pages({"bytes": pdf, "path": "h.pdf"}, render=False)
+    assert "improve\ufffements" in page["text"]  # PDFium's hyphenation marker, as it gives it
+    (clean,) = ExtractText()(pa.table({"text": [page["text"]]}))["text"]
+    assert clean == "We want to improvements of the text, and not\nin the middle."
+
+
+def _never_text(ch: str) -> bool:
+    code = ord(ch)
+    noncharacter = 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE
+    return noncharacter or (ch not in "\n\t" and unicodedata.category(ch) in ("Cc", "Cf", "Cs"))
+
+
+@given(
+    st.text(alphabet=st.sampled_from("ab \n\r\t-\u00ad\ufffe\uffff\x02\x00\u200b\ufdd0\U0001fffe"))
+)
+def test_normalize_text_leaves_no_marker_control_or_noncharacter(text):
+    assert not any(_never_text(ch) for ch in normalize_text(text))
 
 
 def test_callables_survive_pickling(seven_pages):
