@@ -3,7 +3,7 @@
 Every system runs the same stage functions (pypdfium2 rendering, RapidOCR's detector and
 recognizer, the same reducers) with the same resources, in one Ray instance:
 
-- ``lineage_data``: the plan users run (``examples.pdf_to_shards.build_ocr`` for OCR): expand pages,
+- ``lineage_data``: the plan users run (``connectors.jobs.pdf.build_ocr`` for OCR): expand pages,
   expand lines, recognize on an actor pool, reduce pages, reduce documents.
 - ``ray_data``: the natural Ray Data pipeline: ``flat_map`` pages, ``flat_map`` lines,
   ``map_batches`` recognize, ``groupby(path, page).map_groups``, ``groupby(path).map_groups``. The
@@ -296,7 +296,7 @@ def realpdf_floor(paths: list[str], setup: Setup) -> Callable[[], Iterable[pa.Ta
 def ocr_lineage(paths: list[str], setup: Setup) -> Callable[[], Iterable[pa.Table]]:
     """The example's three-level plan, as users run it."""
     import lineage_data as ld
-    from examples.pdf_to_shards import build_ocr
+    from connectors.jobs.pdf import build_ocr
 
     ds = build_ocr(
         ld.read_files(paths),

@@ -1,7 +1,8 @@
-"""The ``lineage-data`` command: run a pipeline, report on a finished output, inspect one root.
+"""The ``lineage-data`` command: the PDF and video jobs, your own pipelines, reports on outputs.
 
-lineage-data run my_pipeline.py --my-flag        # a pipeline file, run as __main__
-lineage-data run -m examples.pdf_to_shards --input s3://corpus/pdfs/ --output s3://corpus/shards/pdf
+lineage-data pdf s3://corpus/pdfs/ s3://corpus/shards/pdf [--stage text|ocr|vlm|server]
+lineage-data video s3://corpus/videos/ s3://corpus/shards/video
+lineage-data run my_pipeline.py --my-flag        # a pipeline file of yours, run as __main__
 lineage-data report s3://corpus/shards/pdf --png timeline.png
 lineage-data inspect s3://corpus/shards/pdf s3://corpus/pdfs/a.pdf
 
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import runpy
 import sys
 from collections.abc import Sequence
@@ -154,9 +156,27 @@ def cmd_inspect(path: str, root: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lineage-data`` console script."""
-    parser = argparse.ArgumentParser(prog="lineage-data", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a pipeline file, or a module with -m")
+    from connectors.jobs import pdf, video
+
+    parser = argparse.ArgumentParser(
+        prog="lineage-data",
+        description=__doc__.splitlines()[0],
+        epilog="`lineage-data JOB --help` lists a job's options.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    jobs = {"pdf": pdf, "video": video}
+    for name, job in jobs.items():
+        doc = job.__doc__ or name
+        about = doc.splitlines()[0].split(": ", 1)[-1]  # the module's first line
+        job.add_arguments(
+            sub.add_parser(
+                name,
+                help=about,
+                description=re.sub(r":\w+:|``", "", doc),
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
+    run = sub.add_parser("run", help="run a pipeline file of yours, or a module with -m")
     run.add_argument("-m", dest="module", action="store_true", help="TARGET is a module name")
     run.add_argument("target")
     run.add_argument("args", nargs=argparse.REMAINDER)
@@ -169,8 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect = sub.add_parser("inspect", help="show where one root ended")
     inspect.add_argument("path")
     inspect.add_argument("root")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the summary prints the command that resumes
     try:
+        if args.command in jobs:
+            return int(jobs[args.command].run(args))
         if args.command == "run":
             return cmd_run(args.target, args.args, module=args.module)
         if args.command == "report":

@@ -60,6 +60,9 @@ from lineage_data._core import columns as C
 from lineage_data._core.errors import LineageError, PlanError
 
 MiB = 1 << 20
+# A shard is committed this long after its first row at the latest (Flink's FileSink rolls on time
+# too): short enough that a job of a minute has shards on storage in its first third.
+DEFAULT_SHARD_INTERVAL_S = 10.0
 
 if TYPE_CHECKING:
     from lineage_data.dataset import LineageDataset
@@ -368,6 +371,7 @@ def write_shards(
     *,
     rows_per_shard: int = 1000,
     max_bytes_per_shard: int = 256 * MiB,
+    max_shard_interval_s: float | None = DEFAULT_SHARD_INTERVAL_S,
     filesystem: Any = None,
     row_group_rows: int | None = None,
     resume: bool = True,
@@ -376,9 +380,11 @@ def write_shards(
 ) -> ShardResult:
     """Run ``ds`` and write its rows as Parquet shards under ``path``, exactly once per root.
 
-    Shards are committed by Ray write tasks while the pipeline runs. Each task gets exactly
-    ``rows_per_shard`` terminal rows (the last task fewer) and its PRESENT rows make one shard, cut
-    further only by ``max_bytes_per_shard``. The lineage accounting check runs when the run ends;
+    Shards are committed by Ray write tasks while the pipeline runs, rolled as a streaming file
+    sink rolls its files: a task gets ``rows_per_shard`` terminal rows, or fewer once they reach
+    ``max_bytes_per_shard`` or its first row is ``max_shard_interval_s`` seconds old (whichever
+    comes first), and its PRESENT rows make one shard. So a job smaller or slower than one shard's
+    rows still commits shards as it goes. The lineage accounting check runs when the run ends;
     shards committed before a failure stay committed, and a rerun resumes after them.
 
     Args:
@@ -386,6 +392,8 @@ def write_shards(
         path: Directory (local path or fsspec URL, e.g. ``s3://bucket/shards``).
         rows_per_shard: Most rows per shard.
         max_bytes_per_shard: Most Arrow (uncompressed) bytes per shard.
+        max_shard_interval_s: Seconds after its first row a shard is committed at the latest
+            (None: only the row and byte bounds cut shards).
         filesystem: An fsspec (or pyarrow) filesystem; inferred from ``path`` when None.
         row_group_rows: Rows per Parquet row group; None writes each shard as one row group.
         resume: Skip roots already committed under ``path``. False refuses a path that holds any.
@@ -429,7 +437,12 @@ def write_shards(
         row_group_rows=row_group_rows,
     )
     try:
-        run.write_datasink(sink, rows_per_write=rows_per_shard)
+        run.write_datasink(
+            sink,
+            rows_per_write=rows_per_shard,
+            max_bytes_per_write=max_bytes_per_shard,
+            max_write_interval_s=max_shard_interval_s,
+        )
     finally:
         with s3_errors(path, fs):
             _save_report(fs, root, run, run_id)

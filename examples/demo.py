@@ -61,28 +61,26 @@ def _read_back(out: str) -> None:
 
 
 def _run(args) -> tuple[int, int]:
+    from connectors.jobs import pdf, video
+    from connectors.jobs._common import start_ray
     from connectors.shards import write_shards
-    from examples import pdf_to_shards, video_to_shards
-    from examples._cli import start_ray
 
-    start_ray(None)
+    start_ray(None, verbose=args.verbose)
     inputs = f"s3://{BUCKET}/input"  # s3fs finds the server and the keys in the AWS_* variables
     jobs = [
         (
             "pdf",
-            pdf_to_shards.build(
-                [f"{inputs}/pdfs/", f"{inputs}/bad/*.pdf"], concurrency=2, batch_size=16
-            ),
+            pdf.build([f"{inputs}/pdfs/", f"{inputs}/bad/*.pdf"], concurrency=2, batch_size=16),
         )
     ]
     if args.scans:
-        ocr = pdf_to_shards.build(f"{inputs}/scans/", stage="ocr", concurrency=1, batch_size=16)
+        ocr = pdf.build(f"{inputs}/scans/", stage="ocr", concurrency=1, batch_size=16)
         jobs.append(("ocr", ocr))
     if args.videos:
         jobs.append(
             (
                 "video",
-                video_to_shards.build(
+                video.build(
                     [f"{inputs}/videos/", f"{inputs}/bad/*.mp4"], concurrency=2, batch_size=16
                 ),
             )
@@ -91,7 +89,9 @@ def _run(args) -> tuple[int, int]:
     for name, ds in jobs:
         out = f"s3://{BUCKET}/shards/{name}"
         started = time.time()
-        result = write_shards(ds, out, rows_per_shard=args.rows_per_shard)
+        result = write_shards(
+            ds, out, rows_per_shard=args.rows_per_shard, max_shard_interval_s=args.shard_interval
+        )
         print(
             f"\n== {name}: {result.rows} rows in {len(result.shards)} shard(s), "
             f"{result.dead_letter_rows} dead letter(s), {time.time() - started:.1f}s"
@@ -122,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scans", type=int, default=3, help="scanned PDFs for the OCR job")
     parser.add_argument("--max-pages", type=int, default=120)
     parser.add_argument("--mean-pages", type=float, default=12)
-    parser.add_argument("--rows-per-shard", type=int, default=10)
+    parser.add_argument("--rows-per-shard", type=int, default=500)
+    parser.add_argument(
+        "--shard-interval", type=float, default=2.0, help="seconds (see write_shards)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="Ray's own log lines and bars")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default="demo_out")
     args = parser.parse_args(argv)

@@ -21,6 +21,7 @@ from lineage_data._core.errors import LineageError, PlanError
 from lineage_data._core.guard import DEFAULT_MAX_CRASH_RETRIES
 from lineage_data._core.ledger import view
 from lineage_data._core.plan import MaterializedSource, Plan
+from lineage_data._core.rolling import RollingPolicy
 from lineage_data._core.stages import (
     BATCH_FORMATS,
     DEFAULT_BATCH_FORMAT,
@@ -137,8 +138,9 @@ class LineageDataset:
     # fn_kwargs, fn_constructor_args, fn_constructor_kwargs, num_cpus, num_gpus, memory and Ray's
     # other remote arguments), with Ray's meaning and defaults. And two of ours for inputs that
     # crash or hang the process under a stage (see lineage_data._core.guard): ``max_crash_retries``
-    # (a block whose worker died more often is isolated; a row, parent or group that then kills its
-    # worker that often alone, at least once, ends FAILED with WorkerCrashedError) and ``timeout_s`` (a call of the function
+    # (a block whose worker died is isolated; a row, parent or group that has killed its worker
+    # max_crash_retries + 1 times, at least once alone, ends FAILED with WorkerCrashedError) and
+    # ``timeout_s`` (a call of the function
     # on one batch, row or group, or the wait for an expansion's next child, that takes longer ends
     # its process; the input fails with TimeoutError; on Ray only). ``timeout_s=None`` takes the
     # function's own ``default_timeout_s`` where it has one (the connectors' PDF and video
@@ -708,21 +710,36 @@ class LineageDataset:
         datasink: Any,
         *,
         rows_per_write: int | None = None,
+        max_bytes_per_write: int | None = None,
+        max_write_interval_s: float | None = None,
         keep_lineage: bool = True,
         **kwargs: Any,
     ) -> None:
         """Write the output to a Ray Data ``Datasink``; the run is checked afterwards.
 
-        ``rows_per_write`` cuts the output into blocks of exactly that many rows first (a streaming
-        split, no shuffle), so each write task gets one file's worth of rows.
+        With ``rows_per_write``, ``max_bytes_per_write`` or ``max_write_interval_s`` the output is
+        cut into write tasks as a streaming file sink rolls its files: a task gets exactly
+        ``rows_per_write`` rows, or fewer when its rows reach ``max_bytes_per_write`` bytes or its
+        first row is ``max_write_interval_s`` seconds old, whichever comes first. The driver cuts
+        block references, never rows (:mod:`lineage_data._ray.rolled`); ``kwargs`` (Ray Data's
+        write options) apply only without these three.
         """
+        if rows_per_write is None and max_bytes_per_write is None and max_write_interval_s is None:
+            self._write(lambda ds: ds.write_datasink(datasink, **kwargs), keep_lineage)
+            return
+        if kwargs:
+            raise TypeError(f"write_datasink: {sorted(kwargs)} cannot go with a rolled write")
+        policy = RollingPolicy(rows_per_write, max_bytes_per_write, max_write_interval_s)
+        if self._kept is not None:  # already accounted and materialized: cut by rows only
 
-        def prepare(ds: Any) -> Any:
-            if rows_per_write is None:
-                return ds
-            return ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
+            def prepare(ds: Any) -> Any:
+                if rows_per_write is None:
+                    return ds
+                return ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
 
-        self._write(lambda ds: ds.write_datasink(datasink, **kwargs), keep_lineage, prepare)
+            self._write(lambda ds: ds.write_datasink(datasink), keep_lineage, prepare)
+            return
+        self._execution().write_rolled(datasink, policy, keep_lineage=keep_lineage)
 
     def _write(
         self,

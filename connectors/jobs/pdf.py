@@ -1,29 +1,38 @@
-"""PDFs -> pages -> text (OCR or VLM) -> one markdown document per PDF -> Parquet shards.
+"""``lineage-data pdf IN OUT``: PDFs -> pages -> text -> one markdown document per PDF -> shards.
 
-    python -m examples.pdf_to_shards --input s3://corpus/pdfs/ --output s3://corpus/shards/pdf
-    python -m examples.pdf_to_shards --stage ocr --dpi 100 --input scans/ --output shards/ocr
+    lineage-data pdf s3://corpus/pdfs/ s3://corpus/shards/pdf
+    lineage-data pdf scans/ shards/ocr --stage ocr
 
-The default page stage extracts the PDF text layer on CPU. ``--stage ocr`` is the three-level OCR
-pipeline (no text layer used): pages are rendered, each page expands into its text lines
-(:class:`connectors.ocr.DetectLines`), the line crops of many pages share recognizer batches
+The default page stage extracts the PDF text layer on CPU (``--stage text``). ``--stage ocr`` is the
+three-level OCR pipeline (no text layer used): pages are rendered, each page expands into its text
+lines (:class:`connectors.ocr.DetectLines`), the line crops of many pages share recognizer batches
 (:class:`connectors.ocr.RecognizeLines` on an actor pool; ``--num-gpus 1`` runs it on the CUDA
-provider), then lines reduce into pages and pages into documents. ``--stage vlm`` renders pages
-and runs :class:`connectors.vllm.VllmStage` (``--model`` a local model path; without it the CPU
-stand-in engine ``EchoLLM`` answers, so the pipeline runs anywhere).
+provider), then lines reduce into pages and pages into documents. ``--stage vlm`` renders pages and
+runs :class:`connectors.vllm.VllmStage` (``--model`` a local model path; without it the CPU stand-in
+engine ``EchoLLM`` answers, so the pipeline runs anywhere). ``--stage server`` sends each rendered
+page to an OpenAI-compatible model server (``--server-url``, ``--model``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import sys
 from typing import Any
 
 import lineage_data as ld
-from connectors.ocr import DetectLines, RecognizeLines, document_text, page_text
+from connectors.jobs._common import (
+    common_args,
+    model_args,
+    require,
+    start_ray,
+    write_and_report,
+)
 from connectors.pdf import PAGE_TIMEOUT_S, ExtractText, render_pages
-from connectors.testing.echo_llm import EchoLLM
-from connectors.vllm import VllmStage
+
+STAGES = ("text", "ocr", "vlm", "server")
+# Render dpi of the OCR stage: at 72 dpi the recognizer ran words together on the demo's pages.
+OCR_DPI = 100.0
+EXTRAS = {"text": ("pdf", ["pypdfium2"]), "ocr": ("ocr", ["pypdfium2", "rapidocr_onnxruntime"])}
 
 
 def assemble(parent: dict, pages: list[dict]) -> dict:
@@ -33,46 +42,70 @@ def assemble(parent: dict, pages: list[dict]) -> dict:
 
 
 def build(
-    input_path: str,
+    input_path: str | list[str],
     *,
     stage: str = "text",
     model: str | None = None,
+    server_url: str | None = None,
     concurrency: int = 2,
     num_gpus: float = 0,
     batch_size: int = 16,
-    dpi: float = 72,
+    dpi: float | None = None,
     filesystem: Any = None,
 ) -> ld.LineageDataset:
     """The lineage plan (nothing runs until it is consumed)."""
-    docs = ld.read_files(input_path, filesystem=filesystem)
+    docs = ld.read_files(input_path, filesystem=filesystem, file_extensions=["pdf"])
     if stage == "ocr":
         return build_ocr(
-            docs, concurrency=concurrency, num_gpus=num_gpus, batch_size=batch_size, dpi=dpi
+            docs,
+            concurrency=concurrency,
+            num_gpus=num_gpus,
+            batch_size=batch_size,
+            dpi=dpi or OCR_DPI,
         )
     pages = docs.expand_lineage(
-        functools.partial(render_pages, dpi=dpi, render=stage == "vlm"),
+        functools.partial(render_pages, dpi=dpi or 72.0, render=stage in ("vlm", "server")),
         name="render_pages",
         timeout_s=PAGE_TIMEOUT_S,
     )
-    from examples._cli import model_args as stage_args
-
-    model_args = stage_args(concurrency, num_gpus, batch_size)
+    args = model_args(concurrency, num_gpus, batch_size)
+    prompt = "Transcribe page {page_index} as markdown."
     if stage == "vlm":
-        ocr = pages.map_batches(
+        from connectors.testing.echo_llm import EchoLLM
+        from connectors.vllm import VllmStage
+
+        text = pages.map_batches(
             VllmStage,
             name="ocr",
             fn_constructor_kwargs={
                 "model": model or "echo",
-                "prompt_template": "Transcribe page {page_index} as markdown.",
+                "prompt_template": prompt,
                 "image_column": "image",
                 "output_column": "text",
                 "llm_factory": None if model else EchoLLM,
             },
-            **model_args,
+            **args,
+        )
+    elif stage == "server":
+        from connectors.openai import OpenAIChatStage
+
+        if not (server_url and model):
+            raise SystemExit("lineage-data pdf: --stage server needs --server-url and --model")
+        text = pages.map_batches(
+            OpenAIChatStage,
+            name="ocr",
+            fn_constructor_kwargs={
+                "base_url": server_url,
+                "model": model,
+                "prompt_template": prompt,
+                "image_column": "image",
+                "output_column": "text",
+            },
+            **args,
         )
     else:
-        ocr = pages.map_batches(ExtractText, name="text", **model_args)
-    return ocr.reduce_lineage(assemble, name="assemble")
+        text = pages.map_batches(ExtractText, name="text", **args)
+    return text.reduce_lineage(assemble, name="assemble")
 
 
 def build_ocr(
@@ -81,13 +114,13 @@ def build_ocr(
     concurrency: int = 2,
     num_gpus: float = 0,
     batch_size: int = 16,
-    dpi: float = 100,
+    dpi: float = OCR_DPI,
     threads: int = 1,
 ) -> ld.LineageDataset:
     """Documents -> pages -> lines -> recognized lines -> page text -> document text and markdown."""
     from ray.data import ActorPoolStrategy
 
-    from examples._cli import model_args
+    from connectors.ocr import DetectLines, RecognizeLines, document_text, page_text
 
     device = "cuda" if num_gpus else "cpu"
     # The function, not the class PdfPages: rendering keeps no state, and Ray runs a function as
@@ -116,30 +149,45 @@ def build_ocr(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the pipeline and print where the shards are."""
-    from examples._cli import common_args, start_ray, write_and_report
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The PDF job's options."""
     common_args(parser)
-    parser.add_argument("--stage", choices=["text", "ocr", "vlm"], default="text")
     parser.add_argument(
-        "--model", default=None, help="vLLM model path (vlm stage); default: EchoLLM"
+        "--stage",
+        choices=STAGES,
+        default="text",
+        help="how a page becomes text: its text layer (default), OCR with RapidOCR's PP-OCRv4, "
+        "a vLLM model, or an OpenAI-compatible model server",
     )
-    parser.add_argument("--dpi", type=float, default=72)
-    args = parser.parse_args(argv)
-    start_ray(args.address)
+    parser.add_argument(
+        "--dpi",
+        type=float,
+        default=None,
+        help=f"render resolution of pages (default 72; {OCR_DPI:g} for --stage ocr)",
+    )
+    parser.add_argument(
+        "--model", default=None, help="vLLM model path (vlm) or model name (server)"
+    )
+    parser.add_argument(
+        "--server-url", default=None, help="base URL of the model server (--stage server)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command: check the extras, start Ray quietly, write the shards, print the summary."""
+    extra, modules = EXTRAS.get(args.stage, ("pdf", ["pypdfium2"]))
+    require(extra, modules)
+    if args.input.startswith("s3://") or args.output.startswith("s3://"):
+        require("s3", ["s3fs"])
+    start_ray(args.address, verbose=args.verbose)
     docs = build(
         args.input,
         stage=args.stage,
         model=args.model,
+        server_url=args.server_url,
         concurrency=args.concurrency,
         num_gpus=args.num_gpus,
         batch_size=args.batch_size,
         dpi=args.dpi,
     )
-    return write_and_report(docs, args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return write_and_report(docs, args, unit="pages")

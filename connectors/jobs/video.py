@@ -1,6 +1,6 @@
-"""Videos -> clips -> frames -> captions -> one row per clip -> one row per video -> Parquet shards.
+"""``lineage-data video IN OUT``: videos -> clips -> frames -> captions -> clips -> videos -> shards.
 
-    python -m examples.video_to_shards --input s3://corpus/videos/ --output s3://corpus/shards/video
+    lineage-data video s3://corpus/videos/ s3://corpus/shards/video
 
 The caption stage is :class:`connectors.vllm.VllmStage` over each sampled frame (``--model`` a local
 vLLM model path; without it the CPU stand-in ``EchoLLM`` answers).
@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 from typing import Any
 
 import lineage_data as ld
-from connectors.testing.echo_llm import EchoLLM
+from connectors.jobs._common import (
+    common_args,
+    model_args,
+    require,
+    start_ray,
+    write_and_report,
+)
 from connectors.video import CLIP_TIMEOUT_S, sample_frames, split_clips
-from connectors.vllm import VllmStage
+
+# What the video job reads from a folder (PyAV opens more; name them in a glob to read those).
+VIDEO_EXTENSIONS = ("mp4", "mkv", "webm", "mov", "avi", "m4v", "mpg", "mpeg", "ts")
 
 
 def summarize_clip(clip: dict, frames: list[dict]) -> dict:
@@ -42,7 +49,7 @@ def summarize_video(video: dict, clips: list[dict]) -> dict:
 
 
 def build(
-    input_path: str,
+    input_path: str | list[str],
     *,
     model: str | None = None,
     concurrency: int = 2,
@@ -53,11 +60,11 @@ def build(
     filesystem: Any = None,
 ) -> ld.LineageDataset:
     """The lineage plan (nothing runs until it is consumed)."""
-    from examples._cli import model_args as stage_args
+    from connectors.testing.echo_llm import EchoLLM
+    from connectors.vllm import VllmStage
 
-    model_args = stage_args(concurrency, num_gpus, batch_size)
     return (
-        ld.read_files(input_path, filesystem=filesystem)
+        ld.read_files(input_path, filesystem=filesystem, file_extensions=VIDEO_EXTENSIONS)
         .expand_lineage(
             functools.partial(split_clips, clip_seconds=clip_seconds),
             name="clips",
@@ -79,24 +86,33 @@ def build(
                 "output_column": "caption",
                 "llm_factory": None if model else EchoLLM,
             },
-            **model_args,
+            **model_args(concurrency, num_gpus, batch_size),
         )
         .reduce_lineage(summarize_clip, name="clip")
         .reduce_lineage(summarize_video, name="video")
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the pipeline and print where the shards are."""
-    from examples._cli import common_args, start_ray, write_and_report
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The video job's options."""
     common_args(parser)
-    parser.add_argument("--model", default=None, help="vLLM model path; default: EchoLLM on CPU")
-    parser.add_argument("--clip-seconds", type=float, default=2.0)
-    parser.add_argument("--frames-per-clip", type=int, default=2)
-    args = parser.parse_args(argv)
-    start_ray(args.address)
+    parser.add_argument(
+        "--model", default=None, help="vLLM model path (default: the CPU stand-in EchoLLM)"
+    )
+    parser.add_argument(
+        "--clip-seconds", type=float, default=2.0, help="clip length in seconds (default 2)"
+    )
+    parser.add_argument(
+        "--frames-per-clip", type=int, default=2, help="frames captioned per clip (default 2)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command: check the extras, start Ray quietly, write the shards, print the summary."""
+    require("video", ["av", "PIL"])
+    if args.input.startswith("s3://") or args.output.startswith("s3://"):
+        require("s3", ["s3fs"])
+    start_ray(args.address, verbose=args.verbose)
     videos = build(
         args.input,
         model=args.model,
@@ -106,8 +122,4 @@ def main(argv: list[str] | None = None) -> int:
         clip_seconds=args.clip_seconds,
         frames_per_clip=args.frames_per_clip,
     )
-    return write_and_report(videos, args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return write_and_report(videos, args, unit="clips")

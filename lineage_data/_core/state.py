@@ -280,12 +280,16 @@ class LineageState:
         self._counts[stage].update(counts)
 
     def snapshot(self) -> dict:
-        """Per-stage counts and columns, calls served, parents in flight and the epoch, as plain data."""
+        """Per-stage counts and columns, calls served, roots in flight and the epoch, as plain data.
+
+        In flight: the source roots with a parent in flight at any level (a page waiting for its
+        lines is its document's), so never more than the roots that exist.
+        """
         return {
             "counts": {stage: dict(c) for stage, c in self._counts.items()},
             "columns": {stage: list(names) for stage, names in self._columns.items()},
             "reports": self._reports,
-            "in_flight_parents": len(self._parents),
+            "in_flight_parents": len({root for root, _ in self._parents}),
             "epoch": self.epoch,
         }
 

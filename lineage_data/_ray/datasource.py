@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,14 +62,29 @@ def _keep(names: list[str], partition_filter: PartitionFilter | None) -> list[st
     return [name for name in names if partition_filter(name)]
 
 
+# Ray Data's directory listing leaves out paths under a directory whose first part starts with
+# one of these (``_expand_directory``'s default): hidden files, ``_SUCCESS`` and the like.
+HIDDEN_PREFIXES = (".", "_")
+
+
 def _expand(fs: Any, path: str, stripped: str, ignore_missing: bool) -> dict[str, dict]:
-    """``{name: info}`` of the files a path, directory or glob names."""
+    """``{name: info}`` of the files a path, directory or glob names.
+
+    As Ray Data finds them: a directory's hidden entries (:data:`HIDDEN_PREFIXES`) are left out,
+    and symbolic links are followed (a corpus is often staged as a directory of links).
+    """
     try:
         with s3_errors(path, fs):
             if any(ch in stripped for ch in "*?["):
                 return {p: fs.info(p) for p in fs.glob(stripped)}
             if fs.isdir(stripped):
-                return dict(fs.find(stripped, detail=True))
+                found = _walk_local(stripped) if _is_local(fs) else fs.find(stripped, detail=True)
+                base = stripped.rstrip("/") + "/"
+                return {
+                    name: info
+                    for name, info in dict(found).items()
+                    if not name[len(base) :].startswith(HIDDEN_PREFIXES)
+                }
             return {stripped: fs.info(stripped)}
     except FileNotFoundError as exc:
         if isinstance(exc, LineageError):  # a missing bucket: not a missing path
@@ -76,6 +92,34 @@ def _expand(fs: Any, path: str, stripped: str, ignore_missing: bool) -> dict[str
         if ignore_missing:
             return {}
         raise LineageError(f"read_files: {path!r} does not exist") from exc
+
+
+def _is_local(fs: Any) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return bool({"file", "local"} & set(protocols))
+
+
+def _walk_local(directory: str) -> dict[str, dict]:
+    """Files under a local directory, symbolic links followed (fsspec's ``find`` does not).
+
+    Each directory is entered once (by its real path), so a link back up does not loop.
+    """
+    found: dict[str, dict] = {}
+    seen: set[str] = set()
+    for top, dirs, names in os.walk(directory, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        for name in names:
+            full = os.path.join(top, name)
+            try:
+                size = os.stat(full).st_size  # the link's target
+            except OSError:
+                continue  # a dangling link: nothing to read
+            found[full] = {"name": full, "size": size, "type": "file"}
+    return found
 
 
 def list_files(

@@ -26,12 +26,14 @@ from lineage_data._core import columns as C
 from lineage_data._core.errors import AccountingError, ExecutionError, LineageError, UserCodeError
 from lineage_data._core.ledger import Ledger, as_root_headers
 from lineage_data._core.plan import MaterializedSource, Plan, RaySource
+from lineage_data._core.rolling import RollingPolicy
 from lineage_data._core.stages import Reduce
 from lineage_data._core.state import derived_counts
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
 from lineage_data._ray.holders import HolderSet, start_holders
 from lineage_data._ray.lower import lower
+from lineage_data._ray.rolled import RolledWrite
 from lineage_data._ray.sinks import WRITTEN, AccountedSink, accounted
 from lineage_data._ray.typestore import TypeStore
 from lineage_data.report import RunReport
@@ -95,21 +97,16 @@ class _Progress(threading.Thread):
 
     def _draw(self, last: bool = False) -> None:
         p = self._progress()
-        done = p["committed"] + p["failed"]
-        if not (done or p["in_flight_parents"] or last):
+        if not (p["done"] or p["in_flight_parents"] or last):
             return  # Ray Data's executor is still starting its operators
         if self._halt.is_set() and not last:
             return  # a draw that was under way when the run ended: the last line is written
-        shards = f", {p['shards']} shards written" if "shards" in p else ""
-        text = (
-            f"lineage: parents {p['committed']} committed, {p['failed']} failed, "
-            f"{p['in_flight_parents']} in flight{shards}"
-        )
+        text = progress_text(p)
         if text == self._last:
             return
         self._last = text
-        total = f" of {p['total']}" if p["total"] else ""
-        line = f"{text} ({done}{total} done, {time.monotonic() - self._since:.0f} s)\n"
+        elapsed = time.monotonic() - self._since
+        line = f"{text}{_pace(p, elapsed)} ({elapsed:.0f} s)\n"
         with _bars_hidden() if self._terminal else contextlib.nullcontext():
             sys.stderr.write(line)  # one write of a whole line: no other writer can join it
             sys.stderr.flush()
@@ -118,6 +115,30 @@ class _Progress(threading.Thread):
         if not self._halt.is_set():
             self._halt.set()
             self._draw(last=True)
+
+
+def progress_text(p: dict[str, int]) -> str:
+    """The counts of a progress line: documents done (reduced) and written apart, in flight.
+
+    >>> progress_text({"done": 7, "failed": 1, "total": 30, "in_flight_parents": 4,
+    ...                "written": 5, "shards": 2})
+    'lineage: 7 of 30 documents done (1 failed), 5 written in 2 shards, 4 in flight'
+    """
+    total = f" of {p['total']}" if p.get("total") else ""
+    text = f"lineage: {p['done']}{total} documents done ({p['failed']} failed)"
+    if "written" in p:
+        text += f", {p['written']} written in {p.get('shards', 0)} shards"
+    return f"{text}, {p['in_flight_parents']} in flight"
+
+
+def _pace(p: dict[str, int], elapsed: float) -> str:
+    """``", 1.5/s, ETA 19 s"``: documents done per second and, with a total, the time left."""
+    if not p["done"] or elapsed <= 0:
+        return ""
+    rate = p["done"] / elapsed
+    left = (p.get("total") or 0) - p["done"]
+    eta = f", ETA {left / rate:.0f} s" if left > 0 else ""
+    return f", {rate:.2g}/s{eta}"
 
 
 class _LogLinesAboveBars:
@@ -299,11 +320,25 @@ class Execution:
                 self._ledger.expect(roots)
 
     def _progress_now(self) -> dict[str, int]:
+        """Documents done (reduced), failed, in flight and, in a write, written, for the display."""
         with self._lock:
-            progress = self._ledger.progress()
+            led = self._ledger.progress()
+        done = led["committed"] + led["failed"]
+        p = {"done": done, "failed": led["failed"], "total": led["total"]}
+        p["in_flight_parents"] = led["in_flight_parents"]
+        if self._writing is not None:  # what the ledger took in a write came back written
+            p["written"] = done
         current = self._writing if self._writing is not None else self._pass
-        if not isinstance(current.client, CoordinatorClient):
-            return progress  # a flat plan: no parent is ever in flight
+        if isinstance(current.client, CoordinatorClient):
+            self._coordinated_progress(p, current)
+        if p["total"]:  # a retried task counts again in the coordinator: never past the roots
+            p["done"] = min(p["done"], p["total"])
+            p["in_flight_parents"] = min(p["in_flight_parents"], p["total"] - p["done"])
+        return p
+
+    def _coordinated_progress(self, p: dict[str, int], current: _Pass) -> None:
+        """What the pass's coordinator knows beyond the driver: parents reduced, in flight, written."""
+        assert isinstance(current.client, CoordinatorClient)
         shown = current.last or (self._shown[1] if self._shown[0] is current else {})
         if current.client.helper.stopped:  # the pass is over: its last counts stand
             snapshot = shown
@@ -313,16 +348,20 @@ class Execution:
                 self._shown = (current, snapshot)
             except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting or
                 snapshot = shown  # stopped meanwhile (Helper.call then raises at once)
+        counts = snapshot.get("counts", {})
+        if self._plan.level == 0 and self._plan.stages:  # the last stage's rows are documents
+            last = counts.get(self._plan.stages[-1].name, {})
+            p["done"] = max(p["done"], sum(last.values()))
+            p["failed"] = max(p["failed"], sum(n for k, n in last.items() if k != "PRESENT"))
         # the driver sees a parent only once it is done: the coordinator knows what is in flight
-        progress["in_flight_parents"] = max(
-            progress["in_flight_parents"], int(snapshot.get("in_flight_parents", 0))
+        p["in_flight_parents"] = max(
+            p["in_flight_parents"], int(snapshot.get("in_flight_parents", 0))
         )
         if self._writing is not None:  # a write: its tasks report to the coordinator as they finish
-            written = snapshot.get("counts", {}).get(WRITTEN, {})
-            for key in ("committed", "failed"):
-                progress[key] = max(progress[key], int(written.get(key, 0)))
-            progress["shards"] = int(written.get("shards", 0))
-        return progress
+            written = counts.get(WRITTEN, {})
+            tasks = int(written.get("committed", 0)) + int(written.get("failed", 0))
+            p["written"] = max(p["written"], tasks)
+            p["shards"] = int(written.get("shards", 0))
 
     # -- consumers ----------------------------------------------------------------------------------
     def iter_tables(self, *, prefetch_batches: int = 1) -> Iterator[pa.Table]:
@@ -373,8 +412,7 @@ class Execution:
                     batch_size=None, batch_format="pyarrow", prefetch_batches=prefetch_batches
                 ):
                     assert isinstance(batch, pa.Table)
-                    if self._supervisor.error is not None:
-                        raise self._supervisor.error
+                    self._check()
                     yield batch
             yield None
         except BaseException as exc:
@@ -417,6 +455,46 @@ class Execution:
             self._raise(exc)
         self.finish()
 
+    def write_rolled(
+        self, datasink: Any, policy: RollingPolicy, *, keep_lineage: bool = True
+    ) -> None:
+        """Write to ``datasink`` in files cut by ``policy`` as the rows come (see :mod:`.rolled`)."""
+        from ray.data.datasource.datasink import WriteResult
+
+        self._begin()
+        level = self._plan.level
+        results: list[Any] = []
+        try:
+            datasink.on_write_start()
+            for current in self._run_passes():
+                progress = current.client if isinstance(current.client, CoordinatorClient) else None
+                self._writing = current
+                sink = AccountedSink(datasink, level, keep_lineage=keep_lineage, progress=progress)
+                rolled = RolledWrite(sink, policy, lambda r: self._take_written(r[1], r[2]))
+                rolled.stream(current.dataset.iter_internal_ref_bundles(), check=self._check)
+                rolled.finish()
+                results += rolled.results
+            extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
+            if extra:  # already in the ledger: written, not accounted again
+                rolled = RolledWrite(
+                    AccountedSink(datasink, level, keep_lineage=keep_lineage), policy, _ignore
+                )
+                rolled.tables(extra)
+                rolled.finish()
+                results += rolled.results
+            rows = sum(r[1].num_rows for r in results)
+            datasink.on_write_complete(WriteResult(rows, 0, [r[0] for r in results]))
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                datasink.on_write_failed(exc if isinstance(exc, Exception) else RuntimeError(exc))
+            self._close()
+            self._raise(exc)
+        self.finish()
+
+    def _check(self) -> None:
+        if self._supervisor.error is not None:
+            raise self._supervisor.error
+
     def columns(self) -> dict[str, list[str]]:
         """Every column each stage's rows showed in this run (all passes; see ``established``)."""
         out: dict[str, dict[str, None]] = {}
@@ -427,13 +505,16 @@ class Execution:
 
     def _account(self, sink: AccountedSink) -> None:
         for lineage, at in sink.written:
-            with self._lock:
-                out = self._ledger.take(lineage, at)
-            if self._plan.level and out.num_rows:
-                # at an open level, a stand-in row (empty path) is the ledger's, not yet written
-                stand_in = pc.equal(pc.list_value_length(out[C.PATH]), 0)
-                if pc.any(stand_in).as_py():
-                    self._stand_ins.append(out.filter(stand_in))
+            self._take_written(lineage, at)
+
+    def _take_written(self, lineage: pa.Table, at: float) -> None:
+        with self._lock:
+            out = self._ledger.take(lineage, at)
+        if self._plan.level and out.num_rows:
+            # at an open level, a stand-in row (empty path) is the ledger's, not yet written
+            stand_in = pc.equal(pc.list_value_length(out[C.PATH]), 0)
+            if pc.any(stand_in).as_py():
+                self._stand_ins.append(out.filter(stand_in))
 
     # -- passes -------------------------------------------------------------------------------------
     def _run_passes(self) -> Iterator[_Pass]:
@@ -570,6 +651,10 @@ class Execution:
             p.close()
         if self._progress is not None:  # after the passes closed: the last line asks no helper
             self._progress.stop()  # (on a failed run, a dead coordinator would hold it 30 s)
+
+
+def _ignore(_: Any) -> None:
+    """Results not to account (rows the driver made and accounted itself)."""
 
 
 def detached_dataset(plan: Plan) -> Any:

@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
+from connectors.jobs import pdf as pdf_to_shards
+from connectors.jobs import video as video_to_shards
 from connectors.shards import read_dead_letter, read_manifest, read_shards, write_shards
 from connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_video, write_corpus
-from examples import pdf_to_shards, video_to_shards
 
 pytestmark = pytest.mark.e2e
 

@@ -13,6 +13,7 @@ from ray.data import ActorPoolStrategy
 from reference import by_root, status
 
 import lineage_data as ld
+from connectors.jobs.pdf import build_ocr
 from connectors.ocr import (
     DetectLines,
     RecognizeLines,
@@ -22,7 +23,6 @@ from connectors.ocr import (
 )
 from connectors.pdf import PdfPages
 from connectors.testing.corpus import _write_pdf, bad_files, make_scanned_pdf, write_scanned_corpus
-from examples.pdf_to_shards import build_ocr
 
 DPI = 50  # 425 x 550 px pages: ~0.4 s of detection each on one core, and still no character lost
 CER = 0.1

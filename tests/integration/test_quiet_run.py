@@ -59,7 +59,10 @@ print("DONE")
 """
 )
 
-PROGRESS = r"lineage: parents \d+ committed, \d+ failed, \d+ in flight.* \(\d+ of 40 done, \d+ s\)"
+PROGRESS = (
+    r"lineage: \d+ of 40 documents done \(\d+ failed\)(, \d+ written in \d+ shards)?, "
+    r"\d+ in flight(, [0-9.e+-]+/s(, ETA \d+ s)?)? \(\d+ s\)"
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LOUD = re.compile(
     r"\bWARNING\b|\bERROR\b|\bTraceback\b|\] E |\sE \d+ \d+\]|core_worker\.cc|\berror\b", re.I
@@ -79,13 +82,11 @@ def run(script: str, out: str) -> list[str]:
     text = ANSI.sub("", proc.stdout + proc.stderr)
     assert proc.returncode == 0, text[-3000:]
     assert "DONE" in text
-    progress = [line for line in text.splitlines() if "lineage: parents" in line]
+    progress = [line for line in text.splitlines() if "documents done" in line]
     if "import lineage_data" in script:  # whole lines, nothing written onto them (Ray's C++ logs)
         assert progress and all(re.fullmatch(PROGRESS, line) for line in progress), progress
-        assert progress[-1].startswith("lineage: parents 40 committed, 0 failed"), progress[-1]
-        assert re.search(r", [1-9]\d* shards written", progress[-1]), progress[
-            -1
-        ]  # kept at the end
+        assert progress[-1].startswith("lineage: 40 of 40 documents done (0 failed)"), progress[-1]
+        assert re.search(r", 40 written in [1-9]\d* shards", progress[-1]), progress[-1]
     return [line for line in text.splitlines() if LOUD.search(line)]
 
 

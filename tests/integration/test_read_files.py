@@ -80,3 +80,23 @@ def test_ignore_missing_paths(tree):
     with pytest.raises(ld.LineageError, match="does not exist"):
         ld.read_files(paths)
     assert names(ld.read_files(paths, ignore_missing_paths=True)) == ["a.pdf"]
+
+
+def test_a_directory_of_symbolic_links_is_read_as_ray_data_reads_it(tree, tmp_path_factory):
+    """Links to files and to directories are followed; hidden entries are left out, as in Ray."""
+    import ray
+
+    links = tmp_path_factory.mktemp("links")
+    (links / "a.pdf").symlink_to(tree / "year=2023/a.pdf")
+    (links / "later").symlink_to(tree / "year=2024", target_is_directory=True)
+    (links / ".staging.pdf").write_bytes(b"hidden")
+    (links / "_SUCCESS").write_bytes(b"")
+    ds = ld.read_files(str(links))
+    ours = sorted(r["path"] for r in user_rows(ds))
+    plain = ray.data.read_binary_files(str(links), include_paths=True).take_all()
+    assert ours == sorted(r["path"] for r in plain)
+    assert [p.rsplit("/", 1)[-1] for p in ours] == ["a.pdf", "b.PDF", "c.txt", "d.pdf"]
+    assert next(r for r in user_rows(ds) if r["path"].endswith("a.pdf"))["bytes"] == b"a"
+    (links / "loop").symlink_to(links, target_is_directory=True)  # entered once, not for ever
+    (links / "gone.pdf").symlink_to(links / "nowhere.pdf")  # dangling: nothing to read
+    assert names(ld.read_files(str(links))) == ["a.pdf", "b.PDF", "c.txt", "d.pdf"]

@@ -120,6 +120,36 @@ def test_write_read_back_equals_lineage_output(tmp_path):
     assert again.report.parents.height == 0
 
 
+def _stamped(parent, children):
+    return {**assemble(parent, children), "done_at": time.time()}
+
+
+def test_a_slow_job_commits_shards_on_time_before_its_last_document_is_done(tmp_path):
+    """Shards roll on time (max_shard_interval_s), not only at rows_per_shard."""
+    items = [{"doc": f"d{i:02d}", "n": 2} for i in range(8)]
+    ds = (
+        ld.from_items(items, id_column="doc")
+        .expand_lineage(pages, carry=["doc"], name="render")
+        .map_batches(
+            Ocr,
+            name="ocr",
+            batch_size=1,
+            batch_format="pyarrow",
+            concurrency=1,
+            num_cpus=0.5,
+            fn_constructor_kwargs={"delay": 0.4},
+        )
+        .reduce_lineage(_stamped, name="assemble")
+    )
+    result = write_shards(ds, str(tmp_path), rows_per_shard=1000, max_shard_interval_s=0.5)
+    shards = read_manifest(str(tmp_path)).shards
+    rows = read_shards(str(tmp_path)).to_pylist()
+    assert (result.rows, result.dead_letter_rows) == (len(rows), 1) == (7, 1)  # d05 fails
+    assert len(shards) >= 2
+    assert min(e.committed_at for e in shards) < max(r["done_at"] for r in rows)
+    assert_no_duplicate_roots(tmp_path)
+
+
 def test_retry_failed_supersedes_dead_letter(tmp_path):
     write_shards(build(), str(tmp_path), rows_per_shard=4)
     items = [{"doc": f"d{i:02d}", "n": 1 + i % 3} for i in range(12)]
@@ -147,7 +177,9 @@ SCRIPT = textwrap.dedent(
     ray.data.DataContext.get_current().enable_progress_bars = False
     from test_shards import build
     from connectors.shards import write_shards
-    result = write_shards(build(delay=float(sys.argv[2])), sys.argv[1], rows_per_shard=2)
+    # shards cut on time only (no run reaches 1000 rows): the killed run leaves time-cut shards
+    ds = build(delay=float(sys.argv[2]))
+    result = write_shards(ds, sys.argv[1], rows_per_shard=1000, max_shard_interval_s=0.5)
     print("RESULT " + json.dumps([result.rows, result.dead_letter_rows, result.skipped_roots]))
     """
 )

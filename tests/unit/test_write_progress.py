@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 from ray.data.datasource import Datasink
 
@@ -96,7 +98,7 @@ def test_without_a_terminal_progress_is_whole_lines_while_counts_move_and_one_at
     stream = io.StringIO()  # no terminal: isatty() is False
     monkeypatch.setattr(sys, "stderr", stream)
     monkeypatch.setenv("LINEAGE_DATA_PROGRESS_INTERVAL_S", "0.01")
-    counts = {"committed": 0, "failed": 0, "in_flight_parents": 3, "total": 5}
+    counts = {"done": 0, "failed": 0, "in_flight_parents": 3, "total": 5, "written": 0, "shards": 0}
     drawn = threading.Event()
 
     def now() -> dict[str, int]:
@@ -106,15 +108,18 @@ def test_without_a_terminal_progress_is_whole_lines_while_counts_move_and_one_at
     progress = _Progress(now)
     progress.start()
     assert drawn.wait(10)
-    counts.update(committed=4, failed=1, in_flight_parents=0, shards=2)
+    counts.update(done=5, failed=1, in_flight_parents=0, written=5, shards=2)
     progress.stop()
     progress.join(10)
     lines = stream.getvalue().splitlines()
     assert stream.getvalue().endswith("\n") and "\r" not in stream.getvalue()
-    assert lines[0].startswith("lineage: parents 0 committed, 0 failed, 3 in flight (0 of 5 done, ")
-    assert lines[-1].startswith(
-        "lineage: parents 4 committed, 1 failed, 0 in flight, 2 shards written (5 of 5 done, "
+    assert lines[0].startswith(
+        "lineage: 0 of 5 documents done (0 failed), 0 written in 0 shards, 3 in flight ("
     )
+    assert lines[-1].startswith(
+        "lineage: 5 of 5 documents done (1 failed), 5 written in 2 shards, 0 in flight, "
+    )
+    assert re.search(r", [0-9.e+-]+/s \(\d+ s\)$", lines[-1]), lines[-1]  # no ETA: all done
     assert len(lines) == len(set(lines)) or len(lines) == 2  # a line only when the counts moved
 
 
@@ -133,7 +138,7 @@ def test_on_a_terminal_a_line_comes_once_a_parent_is_in_flight_and_when_counts_m
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     monkeypatch.setattr(DataContext.get_current(), "use_ray_tqdm", False)
-    counts = {"committed": 0, "failed": 0, "in_flight_parents": 0, "total": 4}
+    counts = {"done": 0, "failed": 0, "in_flight_parents": 0, "total": 4}
     progress = _Progress(lambda: dict(counts))
     assert progress._interval == 5  # a terminal's default period
     progress._draw()
@@ -141,13 +146,14 @@ def test_on_a_terminal_a_line_comes_once_a_parent_is_in_flight_and_when_counts_m
     counts.update(in_flight_parents=2)
     progress._draw()
     progress._draw()  # the same counts: no second line
-    counts.update(committed=4, in_flight_parents=0)
+    counts.update(done=1, in_flight_parents=2)
+    progress._draw()
+    counts.update(done=4, in_flight_parents=0)
     progress.stop()
     lines = terminal.getvalue().splitlines()
-    assert [line.split(" (")[0] for line in lines] == [
-        "lineage: parents 0 committed, 0 failed, 2 in flight",
-        "lineage: parents 4 committed, 0 failed, 0 in flight",
+    assert [line.split(" in flight")[0] for line in lines] == [
+        "lineage: 0 of 4 documents done (0 failed), 2",
+        "lineage: 1 of 4 documents done (0 failed), 2",
+        "lineage: 4 of 4 documents done (0 failed), 0",
     ]
-    assert lines[-1].startswith(
-        "lineage: parents 4 committed, 0 failed, 0 in flight (4 of 4 done, "
-    )
+    assert ", ETA " in lines[1] and "/s" in lines[1]  # a rate once one is done, the time left

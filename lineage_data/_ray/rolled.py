@@ -1,0 +1,139 @@
+"""Writes that roll their files by rows, bytes or age: the driver cuts, Ray tasks write.
+
+Ray Data's own write bundles blocks by row count and waits for it, so a job smaller or slower than
+one file's rows writes everything at its end (see :mod:`lineage_data._core.rolling`). Here the driver
+takes the output stream as block *references* with their sizes (``iter_internal_ref_bundles``: no
+row passes through the driver), cuts them with a :class:`~lineage_data._core.rolling.Roller`, and
+starts one write task per cut; a background thread reads the stream, so a file is cut on time even
+while no block arrives. A write task fetches its blocks from the object store and runs the
+:class:`~lineage_data._ray.sinks.AccountedSink` as a Ray Data write task would; its result (the
+lineage of the rows it wrote) is accounted as soon as it returns.
+
+Faults: Ray retries a write task whose worker died, on the same pieces; the sink commits a file
+exactly once (for shards: the manifest entry named after the file's roots). A failed task fails the
+write, as a Ray Data write does.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import ray
+from ray.data.block import BlockAccessor
+
+from lineage_data._core.rolling import Piece, Roller, RollingPolicy
+
+# Write tasks in flight at once: each holds its blocks in the object store until it is through.
+MAX_WRITES_IN_FLIGHT = 4
+_END = object()
+
+
+@ray.remote(num_cpus=1)
+def _write(sink: Any, pieces: list[tuple[Any, int, int]], index: int) -> Any:
+    from ray.data._internal.execution.interfaces import TaskContext
+
+    refs = list(dict.fromkeys(ref for ref, _, _ in pieces))
+    fetched = dict(zip(refs, ray.get(refs), strict=True))
+    tables = [
+        BlockAccessor.for_block(fetched[ref]).slice(start, start + rows, copy=False)
+        for ref, start, rows in pieces
+    ]
+    return sink.write(tables, TaskContext(task_idx=index, op_name=f"Write({sink.get_name()})"))
+
+
+def _feed(bundles: Iterator[Any], out: queue.Queue) -> None:
+    """Put each output block of the stream on ``out`` as ``(ref, rows, bytes)``, then the end."""
+    try:
+        for bundle in bundles:
+            for entry in bundle.blocks:
+                meta = entry.metadata
+                out.put((entry.ref, int(meta.num_rows or 0), int(meta.size_bytes or 0)))
+        out.put(_END)
+    except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread, raised there
+        out.put(exc)
+
+
+class RolledWrite:
+    """One rolled write of a sink over one or more streams (a run's passes), then its result."""
+
+    def __init__(
+        self,
+        sink: Any,
+        policy: RollingPolicy,
+        account: Callable[[Any], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sink = sink
+        self._policy = policy
+        self._account = account  # gets each write task's result as it returns
+        self._clock = clock
+        self._ref = ray.put(sink)  # shipped once, not with every task
+        self._pending: list[Any] = []
+        self._tasks = 0
+        self.results: list[Any] = []
+
+    def stream(self, bundles: Iterator[Any], check: Callable[[], None] = lambda: None) -> None:
+        """Write one output stream (``Dataset.iter_internal_ref_bundles()``) to the end."""
+        blocks: queue.Queue = queue.Queue(maxsize=64)  # the feeder waits: Ray Data's backpressure
+        feeder = threading.Thread(
+            target=_feed, args=(bundles, blocks), name="lineage-rolled-write", daemon=True
+        )
+        feeder.start()
+        roller = Roller(self._policy)
+        while True:
+            left = roller.time_left(self._clock())
+            try:
+                item = blocks.get(timeout=0.5 if left is None else min(max(left, 0.0), 0.5))
+            except queue.Empty:
+                item = None
+            check()
+            if item is _END:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            now = self._clock()
+            cuts = roller.add(item[0], item[1], item[2], now) if item else roller.due(now)
+            for cut in cuts:
+                self._submit(cut)
+            self._collect(block=False)
+        for cut in roller.flush():
+            self._submit(cut)
+
+    def tables(self, tables: list[pa.Table]) -> None:
+        """Write tables the driver holds (rows it made itself), rolled like a stream."""
+        roller = Roller(self._policy)
+        for table in tables:
+            for cut in roller.add(ray.put(table), table.num_rows, table.nbytes, self._clock()):
+                self._submit(cut)
+        for cut in roller.flush():
+            self._submit(cut)
+
+    def finish(self) -> None:
+        """Wait for every write task; account each."""
+        while self._pending:
+            self._collect(block=True)
+
+    def _submit(self, cut: list[Piece]) -> None:
+        while len(self._pending) >= MAX_WRITES_IN_FLIGHT:
+            self._collect(block=True)
+        pieces = [(p.block, p.start, p.rows) for p in cut]
+        self._pending.append(_write.remote(self._ref, pieces, self._tasks))
+        self._tasks += 1
+
+    def _collect(self, *, block: bool) -> None:
+        if not self._pending:
+            return
+        done, self._pending = ray.wait(
+            self._pending,
+            num_returns=1 if block else len(self._pending),
+            timeout=None if block else 0,
+        )
+        for result in ray.get(done):
+            self.results.append(result)
+            self._account(result)
