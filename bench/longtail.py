@@ -19,7 +19,10 @@ ORDER = (
     "lineage_data_shards",
     "per_document",
     "daft",
+    "floor",  # again, last: the floor counts as the best of its two runs (see run)
 )
+# Parents of the untimed warm-up run (the floor) before the measured ones.
+WARM_UP_PARENTS = 8
 # Smoke keeps to what the headline needs (a few seconds each; Ray start-up dominates there).
 SMOKE_ORDER = ("floor", "ray_data", "lineage_data", "lineage_data_shards")
 
@@ -44,11 +47,22 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
         f"{cost.gpus} GPUs, batch {cost.batch_size}"
     )
     results: dict[str, Any] = {}
-    plots = []
+    plots: list[Any] = []
     skipped: dict[str, str] = {}
+    warm_up: dict[str, Any] | None = None
     scratch = Path(tempfile.mkdtemp(prefix="bench-longtail-"))
     try:
-        for system in SMOKE_ORDER if scale == "smoke" else ORDER:
+        if scale != "smoke":
+            # The first pipeline in a fresh Ray starts its worker pool and pays their imports: in
+            # longtail-small-20261205-062058.json the floor, first, began its GPU batches at 9.1 s,
+            # lineage_data at 4.7 s. A warm-up takes that cost; the floor then runs first and last
+            # and its best run counts, so no place in the order gives it a start the others lack.
+            warm = Job(corpus[:WARM_UP_PARENTS], cost, scratch / "warm", scratch / "warm-work")
+            started = SYSTEMS["floor"](warm)
+            warm_up = {"system": "floor", "parents": WARM_UP_PARENTS, "wall_s": started.wall_s}
+            log(f"warm-up, untimed: floor on {WARM_UP_PARENTS} parents, {started.wall_s:.1f}s")
+            clean(warm.work_dir)
+        for index, system in enumerate(SMOKE_ORDER if scale == "smoke" else ORDER):
             if system == "daft":
                 reason = _daft_status() if daft else "not run: disabled with --no-daft"
                 if reason is not None:
@@ -56,7 +70,8 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
                     log(f"daft: {reason}")
                     continue
             partitions = SMOKE_PARTITIONS if scale == "smoke" else None
-            job = Job(corpus, cost, scratch / "timeline", scratch / "work", partitions=partitions)
+            timelines = scratch / f"timeline-{index}"  # a run's own: the floor runs twice
+            job = Job(corpus, cost, timelines, scratch / "work", partitions=partitions)
             log(f"running {system} ...")
             try:
                 result = SYSTEMS[system](job)
@@ -67,8 +82,15 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
                 log(f"daft: {skipped[system]}")
                 continue
             timeline = read_timeline(job.timeline_dir, system)
-            results[system] = summarize(result, timeline, cost, children)
-            plots.append((system, timeline, result.start, result.end, result.sink.commits))
+            summary = summarize(result, timeline, cost, children)
+            earlier = results.get(system)
+            walls = [*(earlier or {}).get("walls_s", []), round(result.wall_s, 3)]
+            if earlier is None or summary["wall_s"] < earlier["wall_s"]:
+                results[system] = summary
+                plot = (system, timeline, result.start, result.end, result.sink.commits)
+                at = next((i for i, p in enumerate(plots) if p[0] == system), len(plots))
+                plots[at : at + 1] = [plot]
+            results[system]["walls_s"] = walls
             log(f"{system}: wall {result.wall_s:.2f}s, first output {result.sink.first_output_s}")
             clean(job.work_dir / system)
     finally:
@@ -121,6 +143,7 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
                 "median_children": counts[len(counts) // 2],
             },
             "cost_model": cost.as_dict(),
+            "warm_up": warm_up,
             "notes": (
                 "All systems share one Ray instance (8 logical CPUs, N logical GPUs) and the same stage "
                 "functions and costs (time.sleep). Ray Data pipelines split expanded children into "
@@ -129,7 +152,9 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
                 "sort shuffle. lineage_data writes shards on the driver as batches arrive; "
                 "lineage_data_shards writes through connectors.shards.write_shards (Ray write tasks, "
                 "manifest; first_output_s = first committed shard). Smoke runs floor, ray_data, "
-                "lineage_data and lineage_data_shards only. wall_s runs "
+                "lineage_data and lineage_data_shards only. Beyond smoke the floor runs once untimed on "
+                "a few parents first (warm_up), then first and last in the order; its best run counts "
+                "(walls_s lists both). wall_s runs "
                 "from building the pipeline to the last shard written on the driver (actor start-up "
                 "included). gpu_busy_frac = measured GPU batch seconds / N / wall; gpu_ideal_busy_frac "
                 "uses the least GPU work (full batches). tail = end - last GPU batch end."

@@ -93,8 +93,10 @@ def run(
     results: dict[str, dict[str, Any]] = {}
     for name, tries in runs.items():
         summaries = [t.summary(pages, 0) for t in tries]
+        # a floor counts as the best of its runs: a bound the others are held to, not a typical run
+        pick = min if name in FLOORS else statistics.median
         results[name] = {
-            "wall_s": round(statistics.median(s["wall_s"] for s in summaries), 3),
+            "wall_s": round(pick(s["wall_s"] for s in summaries), 3),
             "walls_s": [s["wall_s"] for s in summaries],
             "first_doc_frac": summaries[0]["first_doc_frac"],
             "rows_out": summaries[0]["rows_out"],
@@ -139,7 +141,8 @@ def run(
             },
             "setup": {**setup_dict(setup), "warm_up": warm},
             "notes": (
-                "Each system run `repeats` times in the order A B C C B A; wall_s is the median, "
+                "Each system run `repeats` times in the order A B C C B A; wall_s is the median "
+                "(the floor's: the best), "
                 "after one untimed floor run on the shortest PDFs (setup.warm_up). "
                 "floor: the same flat_map + blocks + map_batches with no regroup (page rows out). "
                 "Peak object store: max of the raylet's object_store_bytes_used, sampled every "

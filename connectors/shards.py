@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from connectors import schema
 from connectors.manifest import (
     DEAD_LETTER,
     DEAD_LETTER_DIR,
@@ -127,22 +128,6 @@ def _put_atomic(fs: Any, path: str, data: bytes) -> None:
     fs.mv(tmp, path)
 
 
-def _fit(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
-    """``table`` cast to ``schema`` (missing columns become nulls), or None when it cannot be."""
-    if not set(table.column_names) <= set(schema.names):
-        return None
-    try:
-        arrays = [
-            table[f.name].cast(f.type)
-            if f.name in table.column_names
-            else pa.nulls(table.num_rows, f.type)
-            for f in schema
-        ]
-        return pa.Table.from_arrays(arrays, schema=schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None
-
-
 class ShardWriter:
     """Writes the terminal rows of one stream (one Ray write task) into shards and commits them.
 
@@ -188,6 +173,7 @@ class ShardWriter:
         self._writer: pq.ParquetWriter | None = None
         self._name = ""
         self._dead: list[pa.Table] = []
+        self._schema: pa.Schema | None = None  # the directory's (connectors.schema)
         self.committed: list[ManifestEntry] = []
 
     def add(self, table: pa.Table) -> None:
@@ -251,18 +237,30 @@ class ShardWriter:
             lo, hi = (mid, hi) if table.slice(offset, mid).nbytes <= room_bytes else (lo, mid)
         return lo
 
+    def _dataset_schema(self, table: pa.Table) -> pa.Schema:
+        """The directory's one schema (see :mod:`connectors.schema`), recorded by the first shard."""
+        if self._schema is None:
+            self._schema = schema.load(self._fs, self._path)
+            if self._schema is None:
+                self._schema = table.schema
+                schema.record(self._fs, self._path, self._schema, _put_atomic)
+                return self._schema
+        typed = schema.merged(self._schema, table)
+        if typed is not None:  # a column typed at last (it held only nulls or empty lists so far)
+            self._schema = typed
+            schema.record(self._fs, self._path, typed, _put_atomic)
+        return self._schema
+
     def _flush_row_group(self) -> None:
         if not self._pending:
             return
-        table = concat_tables(self._pending)
-        if self._writer is not None:
-            fitted = _fit(table, self._writer.schema)
-            if fitted is None:  # the columns changed: close this shard, the rows open the next one
-                self._commit_shard()
-                self._shard_rows = self._pending_rows
-                self._shard_bytes = sum(t.nbytes for t in self._pending)
-            else:
-                table = fitted
+        table = schema.canonical(concat_tables(self._pending).replace_schema_metadata(None))
+        table = schema.conform(table, self._dataset_schema(table), self._path)
+        if self._writer is not None and self._writer.schema != table.schema:
+            # the schema gained a type: close this shard, the rows open the next one
+            self._commit_shard()
+            self._shard_rows = self._pending_rows
+            self._shard_bytes = sum(t.nbytes for t in self._pending)
         if self._writer is None:
             self._name = f"part-{uuid.uuid4().hex}.parquet"
             self._file = self._fs.open(join_path(self._path, self._name), "wb")

@@ -63,7 +63,7 @@ def _read_back(out: str) -> None:
 def _run(args) -> tuple[int, int]:
     from connectors.jobs import pdf, video
     from connectors.jobs._common import start_ray
-    from connectors.shards import write_shards
+    from connectors.shards import read_manifest, write_shards
 
     start_ray(None, verbose=args.verbose)
     inputs = f"s3://{BUCKET}/input"  # s3fs finds the server and the keys in the AWS_* variables
@@ -99,7 +99,9 @@ def _run(args) -> tuple[int, int]:
         print(result.report.summary())
         _read_back(out)
         png = pathlib.Path(args.workdir) / f"{name}-timeline.png"
-        result.report.plot_timeline(str(png))
+        firsts = [e.committed_at for e in read_manifest(out).shards if e.run_id == result.run_id]
+        marks = {"first shard committed": min(firsts) - started} if firsts else {}
+        result.report.plot_timeline(str(png), marks=marks)
         print(f"timeline: {png}")
         committed += result.rows
         failed += result.dead_letter_rows

@@ -171,8 +171,12 @@ class RunReport:
             extra=dict(data.get("extra", {})),
         )
 
-    def plot_timeline(self, path: str) -> str:
-        """Save a PNG of parent commits over time (cumulative, committed vs failed). Needs matplotlib."""
+    def plot_timeline(self, path: str, *, marks: dict[str, float] | None = None) -> str:
+        """Save a PNG of parent commits over time (cumulative, committed vs failed). Needs matplotlib.
+
+        ``marks``: labelled moments (seconds since the start) drawn as vertical lines, e.g. when the
+        first shard was committed.
+        """
         try:
             import matplotlib
 
@@ -199,6 +203,17 @@ class RunReport:
                     color=color,
                     label=outcome.lower(),
                 )
+        for i, (label, at) in enumerate(sorted((marks or {}).items(), key=lambda m: m[1])):
+            ax.axvline(at, color="tab:blue", linestyle="--", linewidth=1)
+            ax.annotate(
+                f"{label} ({at:.1f}s)",
+                (at, 1 - 0.08 * (i + 1)),
+                xycoords=("data", "axes fraction"),
+                xytext=(4, 0),
+                textcoords="offset points",
+                color="tab:blue",
+                fontsize=8,
+            )
         ax.set_xlabel("seconds since start")
         ax.set_ylabel("parents")
         ax.set_xlim(0, max(self.wall_s, 1e-3))

@@ -262,3 +262,34 @@ def test_resume_after_driver_killed_equals_clean_run(tmp_path):
         read_shards(str(clean)).to_pylist()
     )
     assert all("part-" in p for p in orphans)
+
+
+def test_a_shard_directory_is_one_dataset_for_every_reader(tmp_path):
+    """Mixed outcomes, groups reduced in their own block and across blocks, many small shards:
+    the directory reads as one dataset with pyarrow, Ray Data, polars, DuckDB and HF datasets."""
+    import datasets
+    import duckdb
+    import polars as pl
+    import pyarrow.dataset as pads
+    import ray
+
+    out = tmp_path / "shards"
+    result = write_shards(build(docs=16), str(out), rows_per_shard=2)
+    files = [str(out / e.file) for e in read_manifest(str(out)).shards]
+    assert result.rows == 14 and len(files) >= 5
+    schemas = {pq.read_schema(f).remove_metadata() for f in files}
+    assert len(schemas) == 1, schemas
+    (schema,) = schemas
+    assert schema.names == [ld.ROOT, "doc", "texts", "n"]
+    want = sorted(r[ld.ROOT] for r in read_shards(str(out)).to_pylist())
+
+    assert sorted(pads.dataset(str(out), format="parquet").to_table()[ld.ROOT].to_pylist()) == want
+    assert sorted(r[ld.ROOT] for r in ray.data.read_parquet(str(out)).take_all()) == want
+    lazy = pl.scan_parquet(f"{out}/*.parquet").collect()
+    assert sorted(lazy[ld.ROOT].to_list()) == want
+    rows = duckdb.sql(f"select {ld.ROOT} from read_parquet('{out}/*.parquet')").fetchall()
+    assert sorted(r[0] for r in rows) == want
+    hf = datasets.load_dataset(
+        "parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf")
+    )
+    assert sorted(hf[ld.ROOT]) == want and list(hf.features) == schema.names

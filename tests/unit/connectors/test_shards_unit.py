@@ -166,15 +166,35 @@ def test_row_group_rows(tmp_path):
     assert (meta.num_rows, meta.num_row_groups) == (10, 3)
 
 
-def test_changed_columns_start_a_new_shard(tmp_path):
+def test_a_column_the_dataset_does_not_have_fails_the_write_naming_it(tmp_path):
     w = writer(tmp_path, rows_per_shard=10, row_group_rows=2)
     w.add(batch(["a", "b"], x=pa.array([1, 2])))
-    w.add(batch(["c", "d"], y=pa.array(["c", "d"])))  # new column: cannot join the open file
-    w.add(batch(["e", "f"], y=pa.array(["e", "f"])))
+    with pytest.raises(
+        ShardError, match=r"the rows have columns \['y'\].*write them to a new path"
+    ):
+        w.add(batch(["c", "d"], y=pa.array(["c", "d"])))  # a new column: not this dataset's
+        w.close()
+    w = writer(tmp_path, rows_per_shard=10, run_id="run-2")
+    w.add(batch(["g"], x=pa.array(["not a number"])))
+    with pytest.raises(
+        ShardError, match="column 'x' holds string where the dataset's schema has int64"
+    ):
+        w.close()
+
+
+def test_every_shard_of_a_directory_has_one_schema_whatever_its_rows_order(tmp_path):
+    first = batch(["a"], x=pa.array([1]), tags=pa.array([[]], pa.list_(pa.null())))
+    w = writer(tmp_path, rows_per_shard=1)
+    w.add(first)
+    last = pa.table({"tags": pa.array([["t"]]), "x": pa.array([2]), C.ROOT: pa.array(["b"])})
+    w.add(last.append_column(C.OUTCOME, pa.array(["PRESENT"])))  # root last, tags typed now
+    w.add(batch(["c"], x=pa.array([None], pa.int64())))  # no tags at all
     w.close()
-    assert sorted(shard_sizes(tmp_path)) == [2, 4]
-    rows = {r[C.ROOT]: r for r in read_shards(str(tmp_path)).to_pylist()}
-    assert rows["a"] == {C.ROOT: "a", "x": 1, "y": None} and rows["f"]["y"] == "f"
+    schemas = {pq.read_schema(tmp_path / e.file) for e in read_manifest(str(tmp_path)).shards}
+    assert [s.names for s in schemas] == [[C.ROOT, "x", "tags"]] * len(schemas)
+    assert {str(s.field("tags").type.value_type) for s in schemas} <= {"null", "string"}
+    recorded = json.loads((tmp_path / "_schema.json").read_text())["columns"]
+    assert recorded == [[C.ROOT, "string"], ["x", "int64"], ["tags", "list<item: string>"]]
 
 
 def test_missing_columns_are_filled_within_a_shard(tmp_path):
@@ -196,7 +216,7 @@ def test_lineage_missing_is_kept(tmp_path):
         )
     )
     w.close()
-    assert read_shards(str(tmp_path)).column_names == [C.ROOT, "x", C.MISSING]
+    assert read_shards(str(tmp_path)).column_names == [C.ROOT, C.MISSING, "x"]
 
 
 def test_empty_writer_commits_nothing(tmp_path):
@@ -324,7 +344,7 @@ def local_write(monkeypatch):
     monkeypatch.setattr(
         ld.LineageDataset,
         "write_datasink",
-        lambda self, sink, rows_per_write=None: fake_write(self, sink, rows_per_write),
+        lambda self, sink, rows_per_write=None, **rolling: fake_write(self, sink, rows_per_write),
     )
     monkeypatch.setattr(shards, "_datasink_class", lambda: FakeSink)
     return local_write

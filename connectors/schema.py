@@ -1,0 +1,109 @@
+"""One schema per shard directory: the same columns, in the same order, with the same types.
+
+Loaders that take the first file's schema as the dataset's (Hugging Face ``datasets``, many training
+loaders) and ``pa.concat_tables`` need it. Rows reach the shard writers in blocks of different
+make-up (a reduce's columnar path puts ``_lineage_root`` first, its row path last), so every shard's
+columns are put in one order: the public lineage columns first, then the user's columns in the order
+the rows gave them. The first shard's schema is recorded beside the shards (``_schema.json``) and
+every later shard, of this run or a later one, is written with it: a column the rows lack becomes
+nulls, a column with no type yet (all nulls, or only empty lists) takes the recorded one. Rows that do
+not fit (a column the dataset does not have, a value that cannot take the recorded type) fail the write
+with a :class:`ShardError` that names the columns: write them to a new path.
+
+Example:
+    >>> import pyarrow as pa
+    >>> table = pa.table({"text": ["a"], "_lineage_root": ["r1"], "pages": [pa.scalar([], pa.list_(pa.null()))]})
+    >>> canonical(table).column_names
+    ['_lineage_root', 'text', 'pages']
+    >>> fitted = conform(table, pa.schema([("_lineage_root", pa.string()), ("text", pa.string()),
+    ...                                     ("pages", pa.list_(pa.int64())), ("n", pa.int64())]), "out")
+    >>> fitted.schema.field("pages").type, fitted["n"].to_pylist()
+    (ListType(list<item: int64>), [None])
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.manifest import ShardError, join_path
+from lineage_data._core import columns as C
+
+SCHEMA_FILE = "_schema.json"
+_FIRST = (C.ROOT, C.MISSING)  # the lineage columns a shard keeps, first in every shard
+
+
+def canonical(table: pa.Table) -> pa.Table:
+    """``table`` with the lineage columns first, then the others in their order."""
+    first = [n for n in _FIRST if n in table.column_names]
+    rest = [n for n in table.column_names if n not in _FIRST]
+    order = first + rest
+    return table if order == table.column_names else table.select(order)
+
+
+def _untyped(kind: pa.DataType) -> bool:
+    """No type known yet: all nulls, or lists (of lists ...) that held nothing."""
+    if pa.types.is_null(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _untyped(kind.value_type)
+    return False
+
+
+def conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns, order and types, or a :class:`ShardError`."""
+    extra = [n for n in table.column_names if n not in schema.names]
+    if extra:
+        raise ShardError(
+            f"shards at {path}: the rows have columns {extra} that the dataset's schema "
+            f"({', '.join(schema.names)}) does not: write them to a new path"
+        )
+    arrays = []
+    for field in schema:
+        if field.name not in table.column_names:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table[field.name]
+        try:
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise ShardError(
+                f"shards at {path}: column {field.name!r} holds {column.type} where the dataset's "
+                f"schema has {field.type}: write them to a new path"
+            ) from exc
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def merged(stored: pa.Schema, table: pa.Table) -> pa.Schema | None:
+    """``stored`` with the types ``table`` knows where ``stored`` had none yet (None: no change)."""
+    fields, changed = [], False
+    for field in stored:
+        if field.name in table.column_names and _untyped(field.type):
+            found = table.schema.field(field.name).type
+            if not _untyped(found):
+                field, changed = field.with_type(found), True
+        fields.append(field)
+    return pa.schema(fields, metadata=stored.metadata) if changed else None
+
+
+def load(fs: Any, path: str) -> pa.Schema | None:
+    """The schema recorded at ``path`` (None before the first shard)."""
+    target = join_path(path, SCHEMA_FILE)
+    fs.invalidate_cache(target)
+    try:
+        raw = json.loads(fs.cat_file(target))
+    except FileNotFoundError:
+        return None
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["arrow"])))
+
+
+def record(fs: Any, path: str, schema: pa.Schema, put: Any) -> None:
+    """Record ``schema`` at ``path`` (``put(fs, target, bytes)`` writes atomically)."""
+    raw = {
+        "columns": [[f.name, str(f.type)] for f in schema],  # for people; the Arrow schema rules
+        "arrow": base64.b64encode(schema.serialize().to_pybytes()).decode(),
+    }
+    put(fs, join_path(path, SCHEMA_FILE), json.dumps(raw, indent=1).encode())
