@@ -97,8 +97,8 @@ def run_floor(parents: list[dict[str, Any]]) -> dict[str, Any]:
     """Expansion per block -> map_batches, children out: the stages with no regroup at all."""
     import ray
 
-    ds = ray.data.from_items(parents, override_num_blocks=min(SOURCE_BLOCKS, len(parents)))
-    ds = ds.map_batches(children_of_block, batch_size=None, batch_format="pyarrow")
+    source = ray.data.from_items(parents, override_num_blocks=min(SOURCE_BLOCKS, len(parents)))
+    ds = source.map_batches(children_of_block, batch_size=None, batch_format="pyarrow")
     ds = ds.map_batches(cheap_map, batch_size=BATCH, batch_format="pyarrow")
     return {"rows_out": _drain(ds.iter_batches(batch_size=None, batch_format="pyarrow"))}
 

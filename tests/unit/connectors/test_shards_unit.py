@@ -173,7 +173,6 @@ def test_a_column_the_dataset_does_not_have_fails_the_write_naming_it(tmp_path):
         ShardError, match=r"the rows have columns \['y'\].*write them to a new path"
     ):
         w.add(batch(["c", "d"], y=pa.array(["c", "d"])))  # a new column: not this dataset's
-        w.close()
     w = writer(tmp_path, rows_per_shard=10, run_id="run-2")
     w.add(batch(["g"], x=pa.array(["not a number"])))
     with pytest.raises(
