@@ -46,16 +46,34 @@ def _write(sink: Any, pieces: list[tuple[Any, int, int]], index: int) -> Any:
     return sink.write(tables, TaskContext(task_idx=index, op_name=f"Write({sink.get_name()})"))
 
 
-def _feed(bundles: Iterator[Any], out: queue.Queue) -> None:
-    """Put each output block of the stream on ``out`` as ``(ref, rows, bytes)``, then the end."""
+def _feed(bundles: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
+    """Put each output block of the stream on ``out`` as ``(ref, rows, bytes)``, then the end.
+
+    Stops (and closes the stream, which stops Ray Data's executor) once ``stop`` is set.
+    """
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     try:
         for bundle in bundles:
             for entry in bundle.blocks:
                 meta = entry.metadata
-                out.put((entry.ref, int(meta.num_rows or 0), int(meta.size_bytes or 0)))
-        out.put(_END)
+                if not put((entry.ref, int(meta.num_rows or 0), int(meta.size_bytes or 0))):
+                    return
+        put(_END)
     except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread, raised there
-        out.put(exc)
+        put(exc)
+    finally:
+        close = getattr(bundles, "close", None)
+        if stop.is_set() and close is not None:
+            close()
 
 
 class RolledWrite:
@@ -76,15 +94,25 @@ class RolledWrite:
         self._ref = ray.put(sink)  # shipped once, not with every task
         self._pending: list[Any] = []
         self._tasks = 0
+        self._check: Callable[[], None] = lambda: None
         self.results: list[Any] = []
 
     def stream(self, bundles: Iterator[Any], check: Callable[[], None] = lambda: None) -> None:
         """Write one output stream (``Dataset.iter_internal_ref_bundles()``) to the end."""
+        self._check = check
         blocks: queue.Queue = queue.Queue(maxsize=64)  # the feeder waits: Ray Data's backpressure
+        stop = threading.Event()
         feeder = threading.Thread(
-            target=_feed, args=(bundles, blocks), name="lineage-rolled-write", daemon=True
+            target=_feed, args=(bundles, blocks, stop), name="lineage-rolled-write", daemon=True
         )
         feeder.start()
+        try:
+            self._stream(blocks)
+        except BaseException:
+            stop.set()  # the stream is not read to its end: stop it
+            raise
+
+    def _stream(self, blocks: queue.Queue) -> None:
         roller = Roller(self._policy)
         while True:
             left = roller.time_left(self._clock())
@@ -92,7 +120,7 @@ class RolledWrite:
                 item = blocks.get(timeout=0.5 if left is None else min(max(left, 0.0), 0.5))
             except queue.Empty:
                 item = None
-            check()
+            self._check()
             if item is _END:
                 break
             if isinstance(item, BaseException):

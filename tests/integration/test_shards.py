@@ -293,3 +293,17 @@ def test_a_shard_directory_is_one_dataset_for_every_reader(tmp_path):
         "parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hf")
     )
     assert sorted(hf[ld.ROOT]) == want and list(hf.features) == schema.names
+
+
+def test_rows_that_do_not_fit_the_directorys_schema_fail_the_run_typed(tmp_path):
+    from connectors.shards import ShardError
+
+    write_shards(build(docs=3), str(tmp_path), rows_per_shard=2)
+    other = (
+        ld.from_items([{"doc": "z1", "n": 1}], id_column="doc")
+        .expand_lineage(pages, carry=["doc"], name="render")
+        .reduce_lineage(lambda doc, kids: {"summary": len(kids)}, name="assemble")
+    )
+    with pytest.raises(ShardError, match=r"the rows have columns \['summary'\]"):
+        write_shards(other, str(tmp_path))
+    assert committed_roots(str(tmp_path)) == {"d00", "d01", "d02"}
