@@ -61,6 +61,9 @@ DEAD_LETTER_SCHEMA = pa.schema(
 )
 """Columns of the dead-letter table (one row per root that did not end PRESENT)."""
 REPORTS_DIR = "_reports"
+STAGING_DIR = (
+    "_staging"  # data files being written on a local disk (renamed into place when complete)
+)
 
 
 class ShardError(LineageError):
@@ -205,7 +208,8 @@ def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None 
         One Arrow table; shards with different user columns are merged, missing values are null.
     """
     with _storage(path, filesystem) as (fs, root):
-        entries = load_manifest(fs, root).shards
+        # Parquet shards; tar and JSONL shards are read by their own libraries (connectors.formats)
+        entries = tuple(e for e in load_manifest(fs, root).shards if e.file.endswith(".parquet"))
         if columns is not None and C.ROOT not in columns:
             columns = [C.ROOT, *columns]
         read = _read_files(fs, root, entries, columns)
@@ -251,7 +255,12 @@ def remove_orphans(path: str, *, filesystem: Any = None) -> list[str]:
     with _storage(path, filesystem) as (fs, root):
         listed = {join_path(root, e.file) for e in load_manifest(fs, root).entries}
         fs.invalidate_cache(root)
-        patterns = ("part-*.parquet", f"{DEAD_LETTER_DIR}/part-*", f"{MANIFEST_DIR}/.tmp-*")
+        patterns = (
+            "part-*",
+            f"{DEAD_LETTER_DIR}/part-*",
+            f"{MANIFEST_DIR}/.tmp-*",
+            f"{STAGING_DIR}/part-*",
+        )
         candidates = [p for pattern in patterns for p in fs.glob(join_path(root, pattern))]
         listed = {fs._strip_protocol(p) for p in listed}
         orphans = [p for p in candidates if fs._strip_protocol(p) not in listed]

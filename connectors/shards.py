@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from connectors import schema
+from connectors import formats, schema
 from connectors.manifest import (
     DEAD_LETTER,
     DEAD_LETTER_DIR,
@@ -44,6 +44,7 @@ from connectors.manifest import (
     MANIFEST_DIR,
     REPORTS_DIR,
     SHARD,
+    STAGING_DIR,
     Manifest,
     ManifestEntry,
     ShardError,
@@ -111,15 +112,24 @@ class ShardResult:
     run_id: str
 
 
+def _check_format(fmt: str) -> None:
+    if fmt not in formats.FORMATS:
+        raise ValueError(f"format must be one of {list(formats.FORMATS)}, got {fmt!r}")
+
+
 def _check_sizes(rows: int, max_bytes: int, row_group_rows: int | None) -> None:
     if rows < 1 or max_bytes < 1 or (row_group_rows is not None and row_group_rows < 1):
         raise ValueError("rows_per_shard, max_bytes_per_shard and row_group_rows must be positive")
 
 
+def _is_local(fs: Any) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return bool({"file", "local"} & set(protocols))
+
+
 def _put_atomic(fs: Any, path: str, data: bytes) -> None:
     """Write ``data`` so readers see all of it or nothing (PUT on object stores, rename on disk)."""
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    if not {"file", "local"} & set(protocols):
+    if not _is_local(fs):
         fs.pipe_file(path, data)
         return
     parent, _, name = path.rpartition("/")
@@ -158,8 +168,14 @@ class ShardWriter:
         max_bytes_per_shard: int = 256 * MiB,
         row_group_rows: int | None = None,
         clock: Any = time.time,
+        format: str = "parquet",
+        text_column: str | None = None,
+        source: str | None = None,
     ) -> None:
         _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
+        _check_format(format)
+        self._format = format
+        self._options = {"text_column": text_column, "source": source}
         self._fs, self._path, self._run_id, self._clock = fs, path.rstrip("/"), run_id, clock
         self._rows_per_shard, self._max_bytes, self._row_group_rows = (
             rows_per_shard,
@@ -170,7 +186,7 @@ class ShardWriter:
         self._pending_rows = self._shard_rows = self._shard_bytes = 0  # shard: written + pending
         self._roots: list[str] = []  # roots written to the open shard's file so far
         self._file: Any = None
-        self._writer: pq.ParquetWriter | None = None
+        self._writer: formats.ShardFile | None = None
         self._name = ""
         self._dead: list[pa.Table] = []
         self._schema: pa.Schema | None = None  # the directory's (connectors.schema)
@@ -262,11 +278,10 @@ class ShardWriter:
             self._shard_rows = self._pending_rows
             self._shard_bytes = sum(t.nbytes for t in self._pending)
         if self._writer is None:
-            self._name = f"part-{uuid.uuid4().hex}.parquet"
-            self._file = self._fs.open(join_path(self._path, self._name), "wb")
-            self._writer = pq.ParquetWriter(self._file, table.schema)
-        group = self._row_group_rows or max(table.num_rows, 1)
-        self._writer.write_table(table, row_group_size=group)
+            self._name = f"part-{uuid.uuid4().hex}.{formats.EXTENSIONS[self._format]}"
+            self._file = self._fs.open(self._staged(self._name), "wb")
+            self._writer = formats.open_shard(self._format, self._file, table.schema, self._options)
+        self._writer.write(table, self._row_group_rows)
         self._roots.extend(table[C.ROOT].to_pylist())
         self._pending, self._pending_rows = [], 0
 
@@ -275,14 +290,27 @@ class ShardWriter:
         self._commit_shard()
         self._shard_rows = self._shard_bytes = 0
 
+    def _staged(self, name: str) -> str:
+        """Where a data file is written while it is incomplete.
+
+        On a local disk a staging folder readers skip (the file is renamed into place when
+        complete); on an object store the file itself (an object is visible only once its upload
+        completed).
+        """
+        if not _is_local(self._fs):
+            return join_path(self._path, name)
+        self._fs.makedirs(join_path(self._path, STAGING_DIR), exist_ok=True)
+        return join_path(self._path, STAGING_DIR, name)
+
     def _commit_shard(self) -> None:
         if self._writer is None:
             return
-        self._writer.close()
-        size = self._file.tell()
-        self._file.close()
+        size = self._writer.close()
         roots, name = tuple(self._roots), self._name
         self._writer, self._file, self._roots = None, None, []
+        staged, final = self._staged(name), join_path(self._path, name)
+        if staged != final:
+            self._fs.mv(staged, final)
         self._commit(SHARD, name, roots, size)
 
     def _commit(self, kind: str, file: str, roots: tuple[str, ...], size: int) -> None:
@@ -375,6 +403,9 @@ def write_shards(
     resume: bool = True,
     retry_failed: bool = False,
     create_bucket: bool = False,
+    format: str = "parquet",
+    text_column: str | None = None,
+    source: str | None = None,
 ) -> ShardResult:
     """Run ``ds`` and write its rows as Parquet shards under ``path``, exactly once per root.
 
@@ -398,6 +429,12 @@ def write_shards(
         retry_failed: Also run the roots in the dead-letter table again (only with ``resume``).
         create_bucket: On S3, create the bucket of ``path`` if it does not exist; by default a
             missing bucket is an error (a mistyped name must not become a new bucket).
+        format: ``"parquet"``, ``"webdataset"`` (tar shards, one sample per document) or
+            ``"jsonl"`` (gzip JSON lines of Dolma-style documents); see :mod:`connectors.formats`.
+            Dead letters are Parquet in every format.
+        text_column: The column holding a document's text for the ``.txt`` member or the
+            ``text`` field (default ``markdown``, else ``text``).
+        source: The ``source`` field of JSONL documents.
 
     Returns:
         A :class:`ShardResult` for this call.
@@ -412,6 +449,7 @@ def write_shards(
     if ds.level != 0:
         raise PlanError(f"write_shards needs a closed plan (level 0), got level {ds.level}")
     _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
+    _check_format(format)
     fs, root = resolve_filesystem(path, filesystem)
     check_access(fs, root, create_bucket=create_bucket)
     with s3_errors(path, fs):
@@ -423,6 +461,8 @@ def write_shards(
             f"{path} already holds {len(before.entries)} committed entries: "
             "pass resume=True, or write to a new path"
         )
+    if before.entries:  # one writer per path: files a killed run left without an entry go
+        remove_orphans(path, filesystem=fs)
     skip = before.present_roots if retry_failed else before.committed_roots
     run = ds.exclude_roots(skip) if skip else ds
     run_id = uuid.uuid4().hex
@@ -433,6 +473,9 @@ def write_shards(
         rows_per_shard=rows_per_shard,
         max_bytes_per_shard=max_bytes_per_shard,
         row_group_rows=row_group_rows,
+        format=format,
+        text_column=text_column,
+        source=source,
     )
     try:
         run.write_datasink(

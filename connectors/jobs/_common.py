@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from connectors.formats import FORMATS
 from connectors.shards import DEFAULT_SHARD_INTERVAL_S
 
 
@@ -42,6 +43,13 @@ def common_args(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="commit a shard this long after its first row at the latest "
         f"(default {DEFAULT_SHARD_INTERVAL_S:g})",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="parquet",
+        help="shard files: Parquet (default), WebDataset tar (a sample per document), or "
+        "gzip JSON lines of Dolma-style documents",
     )
     parser.add_argument(
         "--retry-failed", action="store_true", help="run the dead-lettered inputs again"
@@ -150,6 +158,8 @@ def write_and_report(ds: Any, args: argparse.Namespace, *, unit: str = "pages") 
         max_shard_interval_s=args.shard_interval,
         retry_failed=args.retry_failed,
         create_bucket=args.create_bucket,
+        format=args.format,
+        source=args.input,
     )
     argv = getattr(args, "argv", None) or sys.argv[1:]
     print(summary(result, args.output, unit=unit, argv=argv), file=sys.stderr)

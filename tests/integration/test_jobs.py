@@ -106,6 +106,25 @@ def test_the_video_job_from_outside_the_checkout(outside):
     assert len(rows) == 2 and all(r["clips"] >= 1 and r["captions"] for r in rows)
 
 
+def test_the_pdf_job_writes_each_format(outside):
+    import gzip
+    import json
+
+    import webdataset as wds
+
+    write_corpus(outside / "in", n_pdfs=3, seed=4, max_pages=4, mean_pages=2)
+    _job(outside, "pdf", str(outside / "in"), str(outside / "tar"), "--format", "webdataset")
+    tars = sorted(str(f) for f in (outside / "tar").glob("*.tar"))
+    samples = list(wds.WebDataset(tars, shardshuffle=False))
+    assert len(samples) == 3 and all(s["txt"] and json.loads(s["json"])["id"] for s in samples)
+    _job(outside, "pdf", str(outside / "in"), str(outside / "jsonl"), "--format", "jsonl")
+    docs = []
+    for name in (outside / "jsonl").glob("*.jsonl.gz"):
+        with gzip.open(name, "rt") as f:
+            docs += [json.loads(line) for line in f]
+    assert len(docs) == 3 and all(d["text"] and d["source"] == str(outside / "in") for d in docs)
+
+
 def test_verbose_brings_rays_own_lines_back(outside):
     write_corpus(outside / "in", n_pdfs=2, seed=2, max_pages=3, mean_pages=2)
     proc = _job(outside, "pdf", str(outside / "in"), str(outside / "out"), "--verbose")
