@@ -3,12 +3,17 @@
 Loaders that take the first file's schema as the dataset's (Hugging Face ``datasets``, many training
 loaders) and ``pa.concat_tables`` need it. Rows reach the shard writers in blocks of different
 make-up (a reduce's columnar path puts ``_lineage_root`` first, its row path last), so every shard's
-columns are put in one order: the public lineage columns first, then the user's columns in the order
-the rows gave them. The first shard's schema is recorded beside the shards (``_schema.json``) and
-every later shard, of this run or a later one, is written with it: a column the rows lack becomes
-nulls, a column with no type yet (all nulls, or only empty lists) takes the recorded one. Rows that do
-not fit (a column the dataset does not have, a value that cannot take the recorded type) fail the write
-with a :class:`ShardError` that names the columns: write them to a new path.
+columns are put in one order: the lineage columns a shard keeps first, then the user's columns in
+the order the rows gave them. The first shard's schema is recorded beside the shards
+(``_schema.json``) and every later shard, of this run or a later one, is written with it: a column
+the rows lack becomes nulls, a column with no type yet (all nulls, or only empty lists) takes the
+recorded one. A value that cannot take the recorded type fails the write with a :class:`ShardError`
+naming the column: write such rows to a new path.
+
+A column that first shows up after shards were written (a key only some documents have) is added
+to the recorded schema, at the end; the shards written before lack it, and readers that unify by
+name fill it with nulls. ``write_shards(schema=...)`` fixes the schema before the first shard
+instead: then every shard has exactly it, and a column it lacks fails the write.
 
 Example:
     >>> import pyarrow as pa
@@ -59,7 +64,8 @@ def conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
     if extra:
         raise ShardError(
             f"shards at {path}: the rows have columns {extra} that the dataset's schema "
-            f"({', '.join(schema.names)}) does not: write them to a new path"
+            f"({', '.join(schema.names)}) does not: add them to write_shards(schema=...) or "
+            "write to a new path"
         )
     arrays = []
     for field in schema:
@@ -77,8 +83,12 @@ def conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def merged(stored: pa.Schema, table: pa.Table) -> pa.Schema | None:
-    """``stored`` with the types ``table`` knows where ``stored`` had none yet (None: no change)."""
+def merged(stored: pa.Schema, table: pa.Table, *, grow: bool = True) -> pa.Schema | None:
+    """``stored`` with what ``table`` adds (None: nothing).
+
+    The types ``table`` knows where ``stored`` had none yet, and (``grow``) the columns ``stored``
+    lacks, at the end.
+    """
     fields, changed = [], False
     for field in stored:
         if field.name in table.column_names and _untyped(field.type):
@@ -86,6 +96,10 @@ def merged(stored: pa.Schema, table: pa.Table) -> pa.Schema | None:
             if not _untyped(found):
                 field, changed = field.with_type(found), True
         fields.append(field)
+    if grow:
+        new = [table.schema.field(n) for n in table.column_names if n not in stored.names]
+        fields += [f.with_nullable(True) for f in new]
+        changed = changed or bool(new)
     return pa.schema(fields, metadata=stored.metadata) if changed else None
 
 

@@ -171,9 +171,11 @@ class ShardWriter:
         format: str = "parquet",
         text_column: str | None = None,
         source: str | None = None,
+        schema: pa.Schema | None = None,
     ) -> None:
         _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
         _check_format(format)
+        self._fixed = schema  # write_shards(schema=...): no column beyond it
         self._format = format
         self._options = {"text_column": text_column, "source": source}
         self._fs, self._path, self._run_id, self._clock = fs, path.rstrip("/"), run_id, clock
@@ -258,13 +260,16 @@ class ShardWriter:
         if self._schema is None:
             self._schema = schema.load(self._fs, self._path)
             if self._schema is None:
-                self._schema = table.schema
+                self._schema = self._fixed or table.schema
                 schema.record(self._fs, self._path, self._schema, _put_atomic)
-                return self._schema
-        typed = schema.merged(self._schema, table)
-        if typed is not None:  # a column typed at last (it held only nulls or empty lists so far)
-            self._schema = typed
-            schema.record(self._fs, self._path, typed, _put_atomic)
+        grow = self._fixed is None
+        if schema.merged(self._schema, table, grow=grow) is not None:  # typed at last, or new
+            # another write task may have grown it meanwhile: grow the newest record
+            latest = schema.load(self._fs, self._path) or self._schema
+            for other in (self._schema.empty_table(), table):
+                latest = schema.merged(latest, other, grow=grow) or latest
+            self._schema = latest
+            schema.record(self._fs, self._path, latest, _put_atomic)
         return self._schema
 
     def _flush_row_group(self) -> None:
@@ -406,6 +411,7 @@ def write_shards(
     format: str = "parquet",
     text_column: str | None = None,
     source: str | None = None,
+    schema: pa.Schema | None = None,
 ) -> ShardResult:
     """Run ``ds`` and write its rows as Parquet shards under ``path``, exactly once per root.
 
@@ -435,6 +441,9 @@ def write_shards(
         text_column: The column holding a document's text for the ``.txt`` member or the
             ``text`` field (default ``markdown``, else ``text``).
         source: The ``source`` field of JSONL documents.
+        schema: The shards' schema (``_lineage_root`` first), fixed before the first shard: every
+            shard has exactly it, and rows with another column fail the run. By default the first
+            shard's schema is recorded and later columns are added to it (:mod:`connectors.schema`).
 
     Returns:
         A :class:`ShardResult` for this call.
@@ -476,6 +485,7 @@ def write_shards(
         format=format,
         text_column=text_column,
         source=source,
+        schema=schema,
     )
     try:
         run.write_datasink(

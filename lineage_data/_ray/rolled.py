@@ -16,6 +16,7 @@ write, as a Ray Data write does.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -162,6 +163,18 @@ class RolledWrite:
             num_returns=1 if block else len(self._pending),
             timeout=None if block else 0,
         )
-        for result in ray.get(done):
+        try:
+            results = ray.get(done)
+        except BaseException:
+            self._drop_pending()
+            raise
+        for result in results:
             self.results.append(result)
             self._account(result)
+
+    def _drop_pending(self) -> None:
+        """A write failed: wait out the others, their errors said (Ray would log each as unhandled)."""
+        for ref in self._pending:
+            with contextlib.suppress(Exception):
+                ray.get(ref)
+        self._pending = []

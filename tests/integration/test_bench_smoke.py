@@ -109,7 +109,7 @@ def test_smallparents_smoke(smoke_all: tuple[dict, Path]) -> None:
     assert h["wall_ratio_vs_floor"] > 0
     assert h["wall_ratio_vs_ray_data"] > 0
     assert h["median_rep_ratio_vs_floor"] > 0 and h["median_rep_ratio_vs_ray_data"] > 0
-    assert set(h["wall_s"]) == {"floor", "ray_data", "lineage_data"}
+    assert set(h["wall_s"]) == {"floor", "ray_data", "lineage_data", "floor_flat_map"}
     assert h["children"] >= h["parents"] > 0
 
 

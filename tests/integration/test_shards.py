@@ -339,8 +339,8 @@ def test_rows_that_do_not_fit_the_directorys_schema_fail_the_run_typed(tmp_path)
     other = (
         ld.from_items([{"doc": "z1", "n": 1}], id_column="doc")
         .expand_lineage(pages, carry=["doc"], name="render")
-        .reduce_lineage(lambda doc, kids: {"summary": len(kids)}, name="assemble")
+        .reduce_lineage(lambda doc, kids: {"n": "one"}, name="assemble")
     )
-    with pytest.raises(ShardError, match=r"the rows have columns \['summary'\]"):
+    with pytest.raises(ShardError, match="column 'n' holds string where the dataset's schema"):
         write_shards(other, str(tmp_path))
     assert committed_roots(str(tmp_path)) == {"d00", "d01", "d02"}

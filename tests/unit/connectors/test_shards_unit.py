@@ -166,18 +166,27 @@ def test_row_group_rows(tmp_path):
     assert (meta.num_rows, meta.num_row_groups) == (10, 3)
 
 
-def test_a_column_the_dataset_does_not_have_fails_the_write_naming_it(tmp_path):
-    w = writer(tmp_path, rows_per_shard=10, row_group_rows=2)
+def test_a_later_column_grows_the_schema_a_fixed_schema_refuses_it(tmp_path):
+    w = writer(tmp_path, rows_per_shard=2)
     w.add(batch(["a", "b"], x=pa.array([1, 2])))
-    with pytest.raises(
-        ShardError, match=r"the rows have columns \['y'\].*write them to a new path"
-    ):
-        w.add(batch(["c", "d"], y=pa.array(["c", "d"])))  # a new column: not this dataset's
+    w.add(batch(["c", "d"], y=pa.array(["c", "d"])))  # a key only later documents have
+    w.close()
+    recorded = json.loads((tmp_path / "_schema.json").read_text())["columns"]
+    assert recorded == [[C.ROOT, "string"], ["x", "int64"], ["y", "string"]]
+    rows = {r[C.ROOT]: r for r in read_shards(str(tmp_path)).to_pylist()}
+    assert rows["c"] == {C.ROOT: "c", "x": None, "y": "c"}
     w = writer(tmp_path, rows_per_shard=10, run_id="run-2")
     w.add(batch(["g"], x=pa.array(["not a number"])))
     with pytest.raises(
         ShardError, match="column 'x' holds string where the dataset's schema has int64"
     ):
+        w.close()
+    fixed = pa.schema([(C.ROOT, pa.string()), ("x", pa.int64())])
+    w = ShardWriter(fsspec.filesystem("file"), str(tmp_path / "new"), run_id="r", schema=fixed)
+    (tmp_path / "new" / "_manifest").mkdir(parents=True)
+    w.add(batch(["h"], x=pa.array([1])))
+    w.add(batch(["i"], z=pa.array([1])))
+    with pytest.raises(ShardError, match=r"the rows have columns \['z'\].*write_shards\(schema="):
         w.close()
 
 
