@@ -17,7 +17,7 @@ $(STAMP): setup.cfg pyproject.toml
 # The demo needs the jobs' extras and the local S3 server, not the dev tools (torch, mypy, mkdocs ...).
 $(DEMO_STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[demo]'
+	$(BIN)/python -m pip install -qq -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)

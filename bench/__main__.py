@@ -16,6 +16,7 @@ from typing import Any
 from bench import (
     coordinator,
     faults,
+    job,
     longtail,
     ocr,
     overhead,
@@ -37,8 +38,9 @@ BENCHES = (
     "ocr",
     "server",
 )
-# Not part of ``all``: it SIGKILLs processes of the Ray instance it runs on.
-EXTRA = ("faults",)
+# Not part of ``all``: faults SIGKILLs processes of the Ray instance it runs on; job runs the
+# installed command, which starts a Ray of its own.
+EXTRA = ("faults", "job")
 GPUS = 4
 
 
@@ -62,6 +64,8 @@ def _run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         )
     if name == "server":
         return server.run(args.scale, out, seed=args.seed)
+    if name == "job":
+        return job.run(args.scale, out, seed=args.seed)
     if name == "smallparents":
         return smallparents.run(args.scale, out, seed=args.seed)
     return coordinator.run(args.scale, out, seed=args.seed)
@@ -85,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.time()
-    owns_ray = start_ray(GPUS)
+    owns_ray = args.name != "job" and start_ray(GPUS)  # the job starts a Ray of its own
     log(f"ray up in {time.time() - started:.1f}s")
     try:
-        if args.scale != "smoke":
+        if args.scale != "smoke" and owns_ray:
             warm_up()
         names = BENCHES if args.name == "all" else (args.name,)
         headlines = {name: _run_one(name, args) for name in names}

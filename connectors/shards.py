@@ -63,8 +63,10 @@ from lineage_data._core.errors import LineageError, PlanError
 
 MiB = 1 << 20
 # A shard is committed this long after its first row at the latest (Flink's FileSink rolls on time
-# too): short enough that a job of a minute has shards on storage in its first third.
-DEFAULT_SHARD_INTERVAL_S = 10.0
+# too). Measured with the installed PDF job (bench/results/job-*.json): its first document is done
+# ~11 s after the command starts (Ray's start, then the pipeline's), so 10 s put the first shard at
+# 38 % of a 52 s job; 5 s keeps a job of a minute's first shard in its first third.
+DEFAULT_SHARD_INTERVAL_S = 5.0
 
 if TYPE_CHECKING:
     from lineage_data.dataset import LineageDataset

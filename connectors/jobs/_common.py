@@ -102,6 +102,7 @@ def quiet(verbose: bool) -> None:
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     os.environ.setdefault("LINEAGE_DATA_PROGRESS", "1")
+    os.environ.setdefault("LINEAGE_DATA_PROGRESS_INTERVAL_S", "5")  # a log too sees a job move
     for name in ("ray", "ray.data", "ray.serve", "ray.util"):
         logging.getLogger(name).setLevel(logging.ERROR)
 

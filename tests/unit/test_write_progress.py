@@ -60,7 +60,7 @@ def test_ray_log_lines_go_above_the_bars_while_the_lineage_bar_is_drawn(monkeypa
     import tqdm
     from ray.data import DataContext
 
-    from lineage_data._ray.execute import _LogLinesAboveBars
+    from lineage_data._ray.progress import _LogLinesAboveBars
 
     terminal = io.StringIO()
     monkeypatch.setattr(sys, "stderr", terminal)
@@ -93,7 +93,7 @@ def test_without_a_terminal_progress_is_whole_lines_while_counts_move_and_one_at
     import sys
     import threading
 
-    from lineage_data._ray.execute import _Progress
+    from lineage_data._ray.progress import _Progress
 
     stream = io.StringIO()  # no terminal: isatty() is False
     monkeypatch.setattr(sys, "stderr", stream)
@@ -129,7 +129,7 @@ def test_on_a_terminal_a_line_comes_once_a_parent_is_in_flight_and_when_counts_m
 
     from ray.data import DataContext
 
-    from lineage_data._ray.execute import _Progress
+    from lineage_data._ray.progress import _Progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -1,0 +1,160 @@
+"""The progress line of a run: documents done, written, in flight, rate and ETA, as whole lines.
+
+One line whenever the counts moved, every ``LINEAGE_DATA_PROGRESS_INTERVAL_S`` seconds; on a
+terminal printed above Ray Data's operator bars, the way Ray prints its log lines there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+def _progress_enabled() -> bool:
+    """A parents bar is drawn where Ray Data draws its own bars (a terminal, bars enabled).
+
+    ``LINEAGE_DATA_PROGRESS=0`` turns it off, ``=1`` on.
+    """
+    flag = os.environ.get("LINEAGE_DATA_PROGRESS")
+    if flag is not None:
+        return flag not in ("0", "", "false")
+    from ray.data import DataContext
+
+    return sys.stdout.isatty() and DataContext.get_current().enable_progress_bars
+
+
+class _Progress(threading.Thread):
+    """Parents committed, failed and in flight, as whole lines: one whenever the counts moved.
+
+    Every ``LINEAGE_DATA_PROGRESS_INTERVAL_S`` seconds (5 on a terminal, 30 elsewhere) while the
+    counts move, once the first parent is in flight, and once at the end. A line, not a bar: a bar is
+    an unfinished line, and other writers share the stream. Ray's C++ core worker writes its log lines
+    straight to fd 2 (glued to the bar's text in a log file or CI), and on a terminal a bar of ours
+    beside Ray Data's operator bars either sat under one of them (the same position) or, placed below
+    them, left a copy of itself above them at each redraw (seen in tmux). On a terminal each line is
+    printed above Ray Data's bars, the way Ray prints log lines there.
+    """
+
+    def __init__(self, progress: Callable[[], dict[str, int]]) -> None:
+        super().__init__(daemon=True, name="lineage-progress")
+        self._progress = progress
+        self._halt = threading.Event()
+        self._since = time.monotonic()
+        self._terminal = sys.stderr.isatty()
+        default = "5" if self._terminal else "30"
+        self._interval = float(os.environ.get("LINEAGE_DATA_PROGRESS_INTERVAL_S", default))
+        self._last = ""
+
+    def run(self) -> None:
+        lines = _LogLinesAboveBars() if self._terminal else None
+        try:
+            while not self._halt.wait(self._interval):
+                self._draw()
+        finally:
+            if lines is not None:
+                lines.close()
+
+    def _draw(self, last: bool = False) -> None:
+        p = self._progress()
+        if not (p["done"] or p["in_flight_parents"] or last):
+            return  # Ray Data's executor is still starting its operators
+        if self._halt.is_set() and not last:
+            return  # a draw that was under way when the run ended: the last line is written
+        text = progress_text(p)
+        if text == self._last:
+            return
+        self._last = text
+        elapsed = time.monotonic() - self._since
+        line = f"{text}{_pace(p, elapsed)} ({elapsed:.0f} s)\n"
+        with _bars_hidden() if self._terminal else contextlib.nullcontext():
+            sys.stderr.write(line)  # one write of a whole line: no other writer can join it
+            sys.stderr.flush()
+
+    def stop(self) -> None:
+        if not self._halt.is_set():
+            self._halt.set()
+            self._draw(last=True)
+
+
+def progress_text(p: dict[str, int]) -> str:
+    """The counts of a progress line: documents done (reduced) and written apart, in flight.
+
+    >>> progress_text({"done": 7, "failed": 1, "total": 30, "in_flight_parents": 4,
+    ...                "written": 5, "shards": 2})
+    'lineage: 7 of 30 documents done (1 failed), 5 written in 2 shards, 4 in flight'
+    """
+    total = f" of {p['total']}" if p.get("total") else ""
+    text = f"lineage: {p['done']}{total} documents done ({p['failed']} failed)"
+    if "written" in p:
+        text += f", {p['written']} written in {p.get('shards', 0)} shards"
+    return f"{text}, {p['in_flight_parents']} in flight"
+
+
+def _pace(p: dict[str, int], elapsed: float) -> str:
+    """``", 1.5/s, ETA 19 s"``: documents done per second and, with a total, the time left."""
+    if not p["done"] or elapsed <= 0:
+        return ""
+    rate = p["done"] / elapsed
+    left = (p.get("total") or 0) - p["done"]
+    eta = f", ETA {left / rate:.0f} s" if left > 0 else ""
+    return f", {rate:.2g}/s{eta}"
+
+
+class _LogLinesAboveBars:
+    """While a bar is drawn, Ray's log lines on the terminal are printed above the bars.
+
+    Ray's own console handlers (loggers ``ray`` and ``ray.data``) write straight to the stream, so
+    a line such as "Dataset ... execution finished" was appended to the lineage bar's line (seen in
+    tmux). Ray's progress bars have their own way to step aside (``tqdm_ray``'s hide/unhide, which
+    Ray applies to ``print`` only; plain tqdm's ``external_write_mode``): each console handler's
+    ``emit`` is wrapped in it until :meth:`close`.
+    """
+
+    def __init__(self) -> None:
+        self._wrapped: list[tuple[logging.Handler, Any]] = []
+        for name in ("ray", "ray.data"):
+            for handler in logging.getLogger(name).handlers:
+                stream = getattr(handler, "stream", None)
+                if stream in (sys.stderr, sys.stdout) and "emit" not in vars(handler):
+                    self._wrapped.append((handler, handler.emit))
+                    handler.emit = self._aside(handler.emit)  # type: ignore[method-assign,assignment]
+
+    @staticmethod
+    def _aside(emit: Callable[[logging.LogRecord], None]) -> Callable[[logging.LogRecord], None]:
+        def aside(record: logging.LogRecord) -> None:
+            with _bars_hidden():
+                emit(record)
+
+        return aside
+
+    def close(self) -> None:
+        for handler, _ in self._wrapped:
+            del handler.emit  # the class's own again
+        self._wrapped.clear()
+
+
+@contextlib.contextmanager
+def _bars_hidden() -> Iterator[None]:
+    """Every progress bar off the terminal for one write (Ray's tqdm or plain tqdm, as drawn)."""
+    from ray.data import DataContext
+
+    if DataContext.get_current().use_ray_tqdm:
+        from ray.experimental import tqdm_ray
+
+        manager = tqdm_ray.instance()
+        manager.hide_bars()
+        try:
+            yield
+        finally:
+            manager.unhide_bars()
+        return
+    import tqdm
+
+    with tqdm.tqdm.external_write_mode(file=sys.stderr):
+        yield
