@@ -70,6 +70,13 @@ class ShardFile:
     def close(self) -> int:  # noqa: D102
         raise NotImplementedError
 
+    def _closed(self, writer: Any) -> int:
+        """Close the format's ``writer``, then the file; the file's size."""
+        writer.close()
+        size = int(self._file.tell())
+        self._file.close()
+        return size
+
 
 class ParquetFile(ShardFile):
     """The rows as they are, one row group per ``write`` (or ``row_group_rows``)."""
@@ -82,10 +89,7 @@ class ParquetFile(ShardFile):
         self._writer.write_table(table, row_group_size=row_group_rows or max(table.num_rows, 1))
 
     def close(self) -> int:  # noqa: D102
-        self._writer.close()
-        size = int(self._file.tell())
-        self._file.close()
-        return size
+        return self._closed(self._writer)
 
 
 def _json_value(value: Any) -> Any:
@@ -123,10 +127,7 @@ class JsonlFile(ShardFile):
         self._gzip.write("".join(lines).encode())
 
     def close(self) -> int:  # noqa: D102
-        self._gzip.close()
-        size = int(self._file.tell())
-        self._file.close()
-        return size
+        return self._closed(self._gzip)
 
 
 class TarFile(ShardFile):
@@ -162,10 +163,7 @@ class TarFile(ShardFile):
                 self._member(f"{key}.{suffix}", data)
 
     def close(self) -> int:  # noqa: D102
-        self._tar.close()
-        size = int(self._file.tell())
-        self._file.close()
-        return size
+        return self._closed(self._tar)
 
 
 def _kind(data: bytes) -> str:

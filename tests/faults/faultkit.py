@@ -49,6 +49,21 @@ POOL_ACTOR_PREFIX = "MapWorker"  # Ray Data's actor-pool workers
 # -- the corpus and the pipeline -------------------------------------------------------------------
 
 
+def die(how: str) -> None:
+    """Kill this process as a crashing native library would: ``segv``, ``abort``, ``exit``, ``hang``."""
+    import signal
+
+    if how == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif how == "abort":
+        os.abort()
+    elif how == "exit":
+        os._exit(3)
+    elif how == "hang":
+        time.sleep(3600)
+    time.sleep(30)  # a signal is delivered before this returns
+
+
 def child_counts(n: int = N_PARENTS, seed: int = 5) -> list[int]:
     """Long-tailed child counts in 1..MAX_CHILDREN (deterministic); both ends of the tail pinned."""
     rng = random.Random(seed)

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 
+import faultkit
 import pytest
 from reference import by_root, status
 
@@ -43,16 +44,7 @@ def _pages(row):
         yield {"doc": row["doc"], "page": i}
 
 
-def _die(how: str) -> None:
-    if how == "segv":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif how == "abort":
-        os.abort()
-    elif how == "exit":
-        os._exit(3)
-    elif how == "hang":
-        time.sleep(3600)
-    time.sleep(30)  # a signal is delivered before this returns
+_die = faultkit.die
 
 
 def _pages_value(doc: str) -> list[int]:

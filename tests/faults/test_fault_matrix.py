@@ -13,11 +13,9 @@ first test. Functions are closures (pickled by value).
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import time
 
+import faultkit
 import pytest
 import ray
 from reference import by_root, status
@@ -37,16 +35,7 @@ def _by_value(ray_session):
     ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def _die(how: str) -> None:
-    if how == "segv":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif how == "abort":
-        os.abort()
-    elif how == "exit":
-        os._exit(3)
-    elif how == "hang":
-        time.sleep(3600)
-    time.sleep(30)  # a signal is delivered before this returns
+_die = faultkit.die
 
 
 def _docs(n_docs: int = N_DOCS, pages=lambda i: N_PAGES, doc=lambda i: f"d{i:02d}"):

@@ -54,8 +54,8 @@ def assemble(parent, children):
     return {"doc": parent["doc"], "texts": [c["text"] for c in children], "n": len(children)}
 
 
-def build(delay=0.0, docs=12):
-    items = [{"doc": f"d{i:02d}", "n": 1 + i % 3} for i in range(docs)]
+def build(delay=0.0, docs=12, reduce=assemble, pages_per_doc=lambda i: 1 + i % 3):
+    items = [{"doc": f"d{i:02d}", "n": pages_per_doc(i)} for i in range(docs)]
     return (
         ld.from_items(items, id_column="doc")
         .expand_lineage(pages, carry=["doc"], name="render")
@@ -68,7 +68,7 @@ def build(delay=0.0, docs=12):
             num_cpus=0.5,
             fn_constructor_kwargs={"delay": delay},
         )
-        .reduce_lineage(assemble, name="assemble")
+        .reduce_lineage(reduce, name="assemble")
     )
 
 
@@ -126,21 +126,7 @@ def _stamped(parent, children):
 
 def test_a_slow_job_commits_shards_on_time_before_its_last_document_is_done(tmp_path):
     """Shards roll on time (max_shard_interval_s), not only at rows_per_shard."""
-    items = [{"doc": f"d{i:02d}", "n": 2} for i in range(8)]
-    ds = (
-        ld.from_items(items, id_column="doc")
-        .expand_lineage(pages, carry=["doc"], name="render")
-        .map_batches(
-            Ocr,
-            name="ocr",
-            batch_size=1,
-            batch_format="pyarrow",
-            concurrency=1,
-            num_cpus=0.5,
-            fn_constructor_kwargs={"delay": 0.4},
-        )
-        .reduce_lineage(_stamped, name="assemble")
-    )
+    ds = build(delay=0.4, docs=8, reduce=_stamped, pages_per_doc=lambda i: 2)
     result = write_shards(ds, str(tmp_path), rows_per_shard=1000, max_shard_interval_s=0.5)
     shards = read_manifest(str(tmp_path)).shards
     rows = read_shards(str(tmp_path)).to_pylist()
