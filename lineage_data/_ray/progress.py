@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -71,7 +72,10 @@ class _Progress(threading.Thread):
             return
         self._last = text
         elapsed = time.monotonic() - self._since
-        line = f"{text}{_pace(p, elapsed)} ({elapsed:.0f} s)\n"
+        line = f"{text}{_pace(p, elapsed)} ({elapsed:.0f} s)"
+        if self._terminal:  # a wrapped line would leave its tail among Ray's bars (a narrow pane)
+            line = line[: max(20, shutil.get_terminal_size().columns - 1)]
+        line += "\n"
         with _bars_hidden() if self._terminal else contextlib.nullcontext():
             sys.stderr.write(line)  # one write of a whole line: no other writer can join it
             sys.stderr.flush()

@@ -157,3 +157,35 @@ def test_on_a_terminal_a_line_comes_once_a_parent_is_in_flight_and_when_counts_m
         "lineage: 4 of 4 documents done (0 failed), 0",
     ]
     assert ", ETA " in lines[1] and "/s" in lines[1]  # a rate once one is done, the time left
+
+
+def test_on_a_narrow_terminal_a_line_never_wraps(monkeypatch):
+    import io
+    import os
+    import shutil
+    import sys
+
+    from ray.data import DataContext
+
+    from lineage_data._ray.progress import _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(DataContext.get_current(), "use_ray_tqdm", False)
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda *a, **k: os.terminal_size((60, 30)))
+    counts = {
+        "done": 7,
+        "failed": 1,
+        "total": 3000,
+        "in_flight_parents": 40,
+        "written": 5,
+        "shards": 2,
+    }
+    progress = _Progress(lambda: dict(counts))
+    progress.stop()
+    (line,) = terminal.getvalue().splitlines()
+    assert len(line) == 59 and line.startswith("lineage: 7 of 3000 documents done")
