@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mean-pages", type=float, default=12)
     parser.add_argument("--rows-per-shard", type=int, default=500)
     parser.add_argument(
-        "--shard-interval", type=float, default=2.0, help="seconds (see write_shards)"
+        "--shard-interval", type=float, default=1.0, help="seconds (see write_shards)"
     )
     parser.add_argument("--verbose", action="store_true", help="Ray's own log lines and bars")
     parser.add_argument("--seed", type=int, default=0)
