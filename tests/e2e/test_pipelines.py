@@ -1,6 +1,7 @@
 """The example pipelines against the real S3 server: PDFs and videos in, shards and dead letters out."""
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -122,3 +123,44 @@ def test_make_demo_smoke(tmp_path):
     assert lines[-1] == "parents: 6 committed, 9 failed"  # 3 PDFs, 1 video, 2 scans (OCR)
     assert (tmp_path / "pdf-timeline.png").stat().st_size > 0
     assert (tmp_path / "ocr-timeline.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("job", ["pdf", "video"])
+def test_the_installed_job_reads_and_writes_s3_from_outside_the_checkout(
+    s3_server, s3_bucket, tmp_path_factory, job
+):
+    """``lineage-data pdf|video s3://... s3://...`` as a user runs it: its own process and Ray."""
+    from pathlib import Path
+
+    fs, bucket = s3_bucket
+    corpus = write_corpus(
+        f"{bucket}/in",
+        fs=fs,
+        n_pdfs=4,
+        n_videos=2 if job == "video" else 0,
+        n_bad=3,
+        seed=7,
+        max_pages=5,
+        mean_pages=2,
+        video_seconds=(2.0, 3.0),
+    )
+    kind = {"pdf": ".pdf", "video": ".mp4"}[job]
+    inputs = [f for f in corpus["files"] if f["path"].endswith(kind)]
+    bad = sum(1 for f in inputs if f["expected_error"])
+    user = tmp_path_factory.mktemp("user")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    env.update(s3_server.env)
+    out = f"{bucket}/{job}-shards"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "lineage-data"), job, f"{bucket}/in/", out],
+        cwd=user,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert f"done: {len(inputs) - bad} documents written, {bad} failed" in proc.stderr
+    assert read_shards(out, filesystem=fs).num_rows == len(inputs) - bad
+    assert read_dead_letter(out, filesystem=fs).num_rows == bad
