@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from connectors.formats import FORMATS
@@ -146,6 +146,24 @@ def _stderr_kept_unless_failed() -> Iterator[None]:
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def run_job(
+    args: argparse.Namespace,
+    needs: tuple[str, Sequence[str]],
+    plan: Callable[[], Any],
+    *,
+    unit: str,
+) -> int:
+    """A job's command: the extra checked, Ray started quietly, the plan written, one summary.
+
+    ``needs`` is the extra and the modules it brings; ``plan()`` builds the lineage plan once Ray is up.
+    """
+    require(*needs)
+    if args.input.startswith("s3://") or args.output.startswith("s3://"):
+        require("s3", ["s3fs"])
+    start_ray(args.address, verbose=args.verbose)
+    return write_and_report(plan(), args, unit=unit)
 
 
 def write_and_report(ds: Any, args: argparse.Namespace, *, unit: str = "pages") -> int:

@@ -20,13 +20,7 @@ import functools
 from typing import Any
 
 import lineage_data as ld
-from connectors.jobs._common import (
-    common_args,
-    model_args,
-    require,
-    start_ray,
-    write_and_report,
-)
+from connectors.jobs._common import common_args, model_args, run_job
 from connectors.pdf import PAGE_TIMEOUT_S, ExtractText, render_pages
 
 STAGES = ("text", "ocr", "vlm", "server")
@@ -175,19 +169,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The command: check the extras, start Ray quietly, write the shards, print the summary."""
-    extra, modules = EXTRAS.get(args.stage, ("pdf", ["pypdfium2"]))
-    require(extra, modules)
-    if args.input.startswith("s3://") or args.output.startswith("s3://"):
-        require("s3", ["s3fs"])
-    start_ray(args.address, verbose=args.verbose)
-    docs = build(
-        args.input,
-        stage=args.stage,
-        model=args.model,
-        server_url=args.server_url,
-        concurrency=args.concurrency,
-        num_gpus=args.num_gpus,
-        batch_size=args.batch_size,
-        dpi=args.dpi,
+    return run_job(
+        args,
+        EXTRAS.get(args.stage, ("pdf", ["pypdfium2"])),
+        lambda: build(
+            args.input,
+            stage=args.stage,
+            model=args.model,
+            server_url=args.server_url,
+            concurrency=args.concurrency,
+            num_gpus=args.num_gpus,
+            batch_size=args.batch_size,
+            dpi=args.dpi,
+        ),
+        unit="pages",
     )
-    return write_and_report(docs, args, unit="pages")

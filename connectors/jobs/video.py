@@ -13,13 +13,7 @@ import functools
 from typing import Any
 
 import lineage_data as ld
-from connectors.jobs._common import (
-    common_args,
-    model_args,
-    require,
-    start_ray,
-    write_and_report,
-)
+from connectors.jobs._common import common_args, model_args, run_job
 from connectors.video import CLIP_TIMEOUT_S, sample_frames, split_clips
 
 # What the video job reads from a folder (PyAV opens more; name them in a glob to read those).
@@ -109,17 +103,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The command: check the extras, start Ray quietly, write the shards, print the summary."""
-    require("video", ["av", "PIL"])
-    if args.input.startswith("s3://") or args.output.startswith("s3://"):
-        require("s3", ["s3fs"])
-    start_ray(args.address, verbose=args.verbose)
-    videos = build(
-        args.input,
-        model=args.model,
-        concurrency=args.concurrency,
-        num_gpus=args.num_gpus,
-        batch_size=args.batch_size,
-        clip_seconds=args.clip_seconds,
-        frames_per_clip=args.frames_per_clip,
+    return run_job(
+        args,
+        ("video", ["av", "PIL"]),
+        lambda: build(
+            args.input,
+            model=args.model,
+            concurrency=args.concurrency,
+            num_gpus=args.num_gpus,
+            batch_size=args.batch_size,
+            clip_seconds=args.clip_seconds,
+            frames_per_clip=args.frames_per_clip,
+        ),
+        unit="clips",
     )
-    return write_and_report(videos, args, unit="clips")
