@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pyarrow as pa
+import pytest
 from ray.data.datasource import Datasink
 
 from lineage_data._core import columns as C
@@ -123,21 +124,32 @@ def test_without_a_terminal_progress_is_whole_lines_while_counts_move_and_one_at
     assert len(lines) == len(set(lines)) or len(lines) == 2  # a line only when the counts moved
 
 
-def test_on_a_terminal_a_line_comes_once_a_parent_is_in_flight_and_when_counts_move(monkeypatch):
+@pytest.fixture
+def terminal(monkeypatch):
+    """Call it in the test (pytest's capture sets sys.stderr again between a fixture and its test):
+    stderr becomes a terminal (isatty) with plain tqdm bars (no Ray); returns the stream."""
     import io
     import sys
 
     from ray.data import DataContext
 
-    from lineage_data._ray.progress import _Progress
-
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
-    terminal = Terminal()
-    monkeypatch.setattr(sys, "stderr", terminal)
-    monkeypatch.setattr(DataContext.get_current(), "use_ray_tqdm", False)
+    def install() -> Terminal:
+        stream = Terminal()
+        monkeypatch.setattr(sys, "stderr", stream)
+        monkeypatch.setattr(DataContext.get_current(), "use_ray_tqdm", False)
+        return stream
+
+    return install
+
+
+def test_on_a_terminal_a_line_comes_once_a_parent_is_in_flight_and_when_counts_move(terminal):
+    from lineage_data._ray.progress import _Progress
+
+    terminal = terminal()
     counts = {"done": 0, "failed": 0, "in_flight_parents": 0, "total": 4}
     progress = _Progress(lambda: dict(counts))
     assert progress._interval == 5  # a terminal's default period
@@ -159,23 +171,13 @@ def test_on_a_terminal_a_line_comes_once_a_parent_is_in_flight_and_when_counts_m
     assert ", ETA " in lines[1] and "/s" in lines[1]  # a rate once one is done, the time left
 
 
-def test_on_a_narrow_terminal_a_line_never_wraps(monkeypatch):
-    import io
+def test_on_a_narrow_terminal_a_line_never_wraps(terminal, monkeypatch):
     import os
     import shutil
-    import sys
-
-    from ray.data import DataContext
 
     from lineage_data._ray.progress import _Progress
 
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    terminal = Terminal()
-    monkeypatch.setattr(sys, "stderr", terminal)
-    monkeypatch.setattr(DataContext.get_current(), "use_ray_tqdm", False)
+    terminal = terminal()
     monkeypatch.setattr(shutil, "get_terminal_size", lambda *a, **k: os.terminal_size((60, 30)))
     counts = {
         "done": 7,
