@@ -3,7 +3,7 @@
 Every system runs the same stage functions (pypdfium2 rendering, RapidOCR's detector and
 recognizer, the same reducers) with the same resources, in one Ray instance:
 
-- ``lineage_data``: the plan users run (``connectors.jobs.pdf.build_ocr`` for OCR): expand pages,
+- ``lineage_data``: the plan users run (``lineage_data.connectors.jobs.pdf.build_ocr`` for OCR): expand pages,
   expand lines, recognize on an actor pool, reduce pages, reduce documents.
 - ``ray_data``: the natural Ray Data pipeline: ``flat_map`` pages, ``flat_map`` lines,
   ``map_batches`` recognize, ``groupby(path, page).map_groups``, ``groupby(path).map_groups``. The
@@ -194,7 +194,7 @@ def consume(
 
 def text_pages(row: dict[str, Any], *, dpi: float, keep_images: bool, path: bool) -> Iterator[dict]:
     """Pages of one PDF, rendered: index, text layer, the image or its size (+ the path for Ray)."""
-    from connectors.pdf import render_pages
+    from lineage_data.connectors.pdf import render_pages
 
     for page in render_pages(row, dpi=dpi):
         out = {"page_index": page["page_index"], "text": page["text"]}
@@ -209,7 +209,7 @@ def text_pages(row: dict[str, Any], *, dpi: float, keep_images: bool, path: bool
 
 def clean_text(batch: pa.Table) -> pa.Table:
     """The page stage: normalized text, every other column kept (``ExtractText``'s cleaning)."""
-    from connectors.pdf import normalize_text
+    from lineage_data.connectors.pdf import normalize_text
 
     texts = [normalize_text(t or "") for t in batch["text"].to_pylist()]
     return batch.set_column(
@@ -296,7 +296,7 @@ def realpdf_floor(paths: list[str], setup: Setup) -> Callable[[], Iterable[pa.Ta
 def ocr_lineage(paths: list[str], setup: Setup) -> Callable[[], Iterable[pa.Table]]:
     """The example's three-level plan, as users run it."""
     import lineage_data as ld
-    from connectors.jobs.pdf import build_ocr
+    from lineage_data.connectors.jobs.pdf import build_ocr
 
     ds = build_ocr(
         ld.read_files(paths),
@@ -310,7 +310,7 @@ def ocr_lineage(paths: list[str], setup: Setup) -> Callable[[], Iterable[pa.Tabl
 
 def ocr_pages(row: dict[str, Any], *, dpi: float) -> Iterator[dict[str, Any]]:
     """Ray Data's page expansion: render_pages as the lineage plan calls it, plus the path."""
-    from connectors.pdf import render_pages
+    from lineage_data.connectors.pdf import render_pages
 
     for page in render_pages(row, dpi=dpi, page_errors="keep"):
         yield {**page, "path": row["path"]}
@@ -324,7 +324,7 @@ class RayDataDetect:
     """
 
     def __init__(self, **options: Any) -> None:
-        from connectors.ocr import DetectLines
+        from lineage_data.connectors.ocr import DetectLines
 
         self._detect = DetectLines(**options)
 
@@ -342,7 +342,7 @@ class RayDataRecognize:
     """RecognizeLines over the rows that have a crop; placeholders get empty text."""
 
     def __init__(self, **options: Any) -> None:
-        from connectors.ocr import RecognizeLines
+        from lineage_data.connectors.ocr import RecognizeLines
 
         self._recognize = RecognizeLines(**options)
 
@@ -366,7 +366,7 @@ class RayDataRecognize:
 
 def ocr_page_group(table: pa.Table) -> pa.Table:
     """``map_groups`` of one page: its lines in order -> page_text."""
-    from connectors.ocr import page_text
+    from lineage_data.connectors.ocr import page_text
 
     rows = _group_rows(table, "line_index")
     lines = [r for r in rows if r["line_index"] >= 0]
@@ -376,7 +376,7 @@ def ocr_page_group(table: pa.Table) -> pa.Table:
 
 def ocr_document_group(table: pa.Table) -> pa.Table:
     """``map_groups`` of one document: its pages in order -> document_text."""
-    from connectors.ocr import document_text
+    from lineage_data.connectors.ocr import document_text
 
     pages = _group_rows(table, "page_index")
     return pa.Table.from_pylist([document_text({"path": pages[0]["path"]}, pages)])
@@ -423,7 +423,7 @@ class WholeDocument:
     """per_document: one actor renders, detects, recognizes and assembles a whole document."""
 
     def __init__(self, *, dpi: float, threads: int) -> None:
-        from connectors.ocr import DetectLines, RecognizeLines
+        from lineage_data.connectors.ocr import DetectLines, RecognizeLines
 
         self._detect = DetectLines(threads=threads)
         self._recognize = RecognizeLines(threads=threads)
@@ -441,8 +441,8 @@ class WholeDocument:
 
 def ocr_document(row: dict[str, Any], detect: Any, recognize: Any, dpi: float) -> dict[str, Any]:
     """The whole OCR of one document in one process (per_document and the limit's checks)."""
-    from connectors.ocr import document_text
-    from connectors.pdf import render_pages
+    from lineage_data.connectors.ocr import document_text
+    from lineage_data.connectors.pdf import render_pages
 
     pages = [
         ocr_page(page, detect, recognize) for page in render_pages(row, dpi=dpi, page_errors="keep")
@@ -452,7 +452,7 @@ def ocr_document(row: dict[str, Any], detect: Any, recognize: Any, dpi: float) -
 
 def ocr_page(page: dict[str, Any], detect: Any, recognize: Any) -> dict[str, Any]:
     """Detect and recognize one page row; its page_text."""
-    from connectors.ocr import page_text
+    from lineage_data.connectors.ocr import page_text
 
     lines = list(detect(page))
     if lines:
@@ -487,8 +487,11 @@ def _limit_worker(args: tuple[list[tuple[str, int]], float, int]) -> list[tuple[
     """One process: its static share of (path, page) pairs, rendered, detected, recognized."""
     import pypdfium2
 
-    from connectors.ocr import DetectLines, RecognizeLines
-    from connectors.pdf import _PageOptions, _read_page  # the same page code as render_pages
+    from lineage_data.connectors.ocr import DetectLines, RecognizeLines
+    from lineage_data.connectors.pdf import (  # the same page code as render_pages
+        _PageOptions,
+        _read_page,
+    )
 
     share, dpi, threads = args
     detect, recognize = DetectLines(threads=threads), RecognizeLines(threads=threads)
@@ -520,7 +523,7 @@ def page_counts(paths: list[str]) -> dict[str, int]:
 
 def ocr_limit(paths: list[str], setup: Setup, cores: int) -> Run:
     """Render + detect + recognize in ``cores`` plain processes, page ``j`` to process ``j % cores``."""
-    from connectors.ocr import document_text
+    from lineage_data.connectors.ocr import document_text
 
     memory = MemorySampler()
     memory.start()

@@ -33,7 +33,7 @@ def ocr_daft(paths: list[str], setup: Setup) -> Run:
 
     @daft.func(return_dtype=dt.list(page_type))
     def render(path: str) -> list[dict[str, Any]]:
-        from connectors.pdf import render_pages
+        from lineage_data.connectors.pdf import render_pages
 
         row = {"path": path, "bytes": Path(path).read_bytes()}
         return [
@@ -44,7 +44,7 @@ def ocr_daft(paths: list[str], setup: Setup) -> Run:
     @daft.cls(max_concurrency=setup.actors)
     class Detect:
         def __init__(self) -> None:
-            from connectors.ocr import DetectLines
+            from lineage_data.connectors.ocr import DetectLines
 
             self._detect = DetectLines(threads=threads)
 
@@ -60,7 +60,7 @@ def ocr_daft(paths: list[str], setup: Setup) -> Run:
     @daft.cls(max_concurrency=setup.actors)
     class Recognize:
         def __init__(self) -> None:
-            from connectors.ocr import RecognizeLines
+            from lineage_data.connectors.ocr import RecognizeLines
 
             self._recognize = RecognizeLines(threads=threads)
 
@@ -77,7 +77,7 @@ def ocr_daft(paths: list[str], setup: Setup) -> Run:
 
     @daft.func(return_dtype=dt.string())
     def page_of(indexes: list[int], boxes: list[Any], texts: list[str]) -> str:
-        from connectors.ocr import page_text
+        from lineage_data.connectors.ocr import page_text
 
         lines = sorted(
             (i, {"box": b, "text": t})
@@ -88,7 +88,7 @@ def ocr_daft(paths: list[str], setup: Setup) -> Run:
 
     @daft.func(return_dtype=dt.string())
     def document_of(indexes: list[int], texts: list[str]) -> str:
-        from connectors.ocr import document_text
+        from lineage_data.connectors.ocr import document_text
 
         pages = [{"text": t} for _, t in sorted(zip(indexes, texts, strict=True))]
         return document_text({}, pages)["text"]

@@ -40,9 +40,9 @@ def _read(stream: Any, lines: list[tuple[float, str]]) -> None:
 
 def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     """Run the job once; write the JSON; return the headline."""
-    from connectors.shards import read_manifest
-    from connectors.testing.corpus import write_corpus
-    from connectors.testing.seaweed import SeaweedServer
+    from lineage_data.connectors.shards import read_manifest
+    from lineage_data.connectors.testing.corpus import write_corpus
+    from lineage_data.connectors.testing.seaweed import SeaweedServer
 
     conf = SCALES[scale]
     work = Path(tempfile.mkdtemp(prefix="bench-job-"))

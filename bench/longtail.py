@@ -150,7 +150,7 @@ def run(scale: str, out_dir: Path, *, seed: int = 0, daft: bool = True) -> dict[
                 "blocks of one GPU batch as lineage_data does, so the comparison isolates the regroup. ray_data uses "
                 "Ray Data's default groupby (hash shuffle, 200 partitions); ray_data_tuned the task-based "
                 "sort shuffle. lineage_data writes shards on the driver as batches arrive; "
-                "lineage_data_shards writes through connectors.shards.write_shards (Ray write tasks, "
+                "lineage_data_shards writes through lineage_data.connectors.shards.write_shards (Ray write tasks, "
                 "manifest; first_output_s = first committed shard). Smoke runs floor, ray_data, "
                 "lineage_data and lineage_data_shards only. Beyond smoke the floor runs once untimed on "
                 "a few parents first (warm_up), then first and last in the order; its best run counts "

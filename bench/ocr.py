@@ -57,7 +57,7 @@ SMOKE_ORDER = ("floor", "ray_data", "lineage_data", "limit")
 
 def _corpus(scale: str, seed: int, input_dir: str | None, scratch: Path) -> tuple[list[str], dict]:
     """The PDF paths, and the true text by path (empty for ``--input``)."""
-    from connectors.testing.corpus import write_scanned_corpus
+    from lineage_data.connectors.testing.corpus import write_scanned_corpus
 
     if input_dir:
         paths = sorted(str(p.resolve()) for p in Path(input_dir).rglob("*.pdf"))
@@ -80,7 +80,7 @@ def _corpus(scale: str, seed: int, input_dir: str | None, scratch: Path) -> tupl
 
 def _cer(texts: dict[str, str], truth: dict[str, str]) -> float | None:
     """Characters in error over all documents (whitespace removed, case folded)."""
-    from connectors.ocr import character_error_rate
+    from lineage_data.connectors.ocr import character_error_rate
 
     if not truth:
         return None

@@ -37,7 +37,7 @@ ORDER = ("floor", "ray_data", "lineage_data")
 
 
 def _corpus(scale: str, seed: int, input_dir: str | None, scratch: Path) -> list[str]:
-    from connectors.testing.corpus import write_corpus
+    from lineage_data.connectors.testing.corpus import write_corpus
 
     if input_dir:
         paths = sorted(str(p.resolve()) for p in Path(input_dir).rglob("*.pdf"))

@@ -1,7 +1,7 @@
 """``server``: a page stage that calls a model server over HTTP, against the loopback chat server.
 
 Documents with long-tailed page counts; every page is one chat-completions request
-(:class:`connectors.openai.OpenAIChatStage`) to :class:`connectors.testing.chat_server.ChatServer`
+(:class:`lineage_data.connectors.openai.OpenAIChatStage`) to :class:`lineage_data.connectors.testing.chat_server.ChatServer`
 in its own process, which answers each request after a fixed ``LATENCY_S`` and serves at most
 ``SERVER_CAP`` requests at once (the rest queue, as a model server's scheduler does). The stage runs
 on a pool of ``ACTORS`` actors with ``MAX_CONCURRENCY`` requests in flight each (``CALLS_PER_ACTOR``
@@ -74,7 +74,7 @@ def assemble_group(group: pa.Table) -> pa.Table:
 def _stage_args(base_url: str, keep: tuple[str, ...] = ()) -> dict[str, Any]:
     from ray.data import ActorPoolStrategy
 
-    from connectors.openai import OpenAIChatStage
+    from lineage_data.connectors.openai import OpenAIChatStage
 
     return {
         "fn": OpenAIChatStage,
@@ -125,7 +125,7 @@ def run_ray_data(
 
 
 def _check(rows: list[dict[str, Any]], docs: list[dict[str, Any]], name: str) -> None:
-    from connectors.testing.chat_server import reply_text
+    from lineage_data.connectors.testing.chat_server import reply_text
 
     by_doc = {r["doc"]: list(r["replies"]) for r in rows}
     if len(by_doc) != len(docs) or len(rows) != len(docs):
@@ -148,7 +148,7 @@ def _system(name: str, scale: str) -> Any:
 
 def run(scale: str, out_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     """Run both systems against one server ``REPEATS`` times, interleaved; write JSON; headline."""
-    from connectors.testing.chat_server import ChatServer
+    from lineage_data.connectors.testing.chat_server import ChatServer
 
     docs = make_docs(DOCS[scale], seed)
     requests = sum(d["n_pages"] for d in docs)

@@ -2,7 +2,7 @@
 
 - ``lineage_data``: ``expand_lineage -> map_batches(actor pool) -> reduce_lineage``, consumed with
   ``iter_batches`` and written as shards as batches arrive (a driver-side writer).
-- ``lineage_data_shards``: the same plan written by ``connectors.shards.write_shards``, the product's
+- ``lineage_data_shards``: the same plan written by ``lineage_data.connectors.shards.write_shards``, the product's
   Datasink (Ray write tasks commit shards and manifest entries; local disk).
 - ``ray_data``: the natural Ray Data pipeline ``flat_map -> map_batches(actor pool) ->
   groupby(doc).map_groups(sort + assemble)``, consumed the same way, with Ray Data's defaults
@@ -180,13 +180,13 @@ def shard_rows(job: Job) -> int:
 
 
 def run_lineage_data_shards(job: Job, system: str = "lineage_data_shards") -> SystemRun:
-    """lineage_data written by its own Datasink (``connectors.shards.write_shards``) to local disk.
+    """lineage_data written by its own Datasink (``lineage_data.connectors.shards.write_shards``) to local disk.
 
     The product path: Ray write tasks commit Parquet shards and manifest entries while the pipeline
     runs; nothing passes through the driver but the lineage accounting. The sink's figures come from
     the manifest: ``first_output_s`` is the first committed shard, a parent's commit time its shard's.
     """
-    from connectors.shards import read_manifest, write_shards
+    from lineage_data.connectors.shards import read_manifest, write_shards
 
     sampler = MemorySampler()
     sampler.start()

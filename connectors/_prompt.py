@@ -1,4 +1,4 @@
-"""Prompt building shared by the model stages (:mod:`connectors.vllm`, :mod:`connectors.openai`)."""
+"""Prompt building shared by the model stages (:mod:`lineage_data.connectors.vllm`, :mod:`lineage_data.connectors.openai`)."""
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from connectors.shards import REPORTS_DIR
 from lineage_data._core.errors import LineageError
+from lineage_data.connectors.shards import REPORTS_DIR
 from lineage_data.storage import resolve_filesystem, s3_errors
 
 
@@ -62,7 +62,7 @@ def load_reports(path: str, fs: Any) -> list[dict]:
 
 def summarize(path: str) -> dict[str, Any]:
     """Shards, rows, dead letters by cause and per-stage counts of the runs that wrote ``path``."""
-    from connectors.shards import read_dead_letter, read_manifest
+    from lineage_data.connectors.shards import read_dead_letter, read_manifest
 
     fs = _fs(path)
     manifest = read_manifest(path, filesystem=fs)
@@ -130,7 +130,7 @@ def _plot(path: str, png: str) -> None:
 
 def cmd_inspect(path: str, root: str) -> int:
     """Where one root ended: its shard row or dead-letter row, and its commit time in the last run."""
-    from connectors.shards import read_dead_letter, read_manifest, read_shards
+    from lineage_data.connectors.shards import read_dead_letter, read_manifest, read_shards
 
     fs = _fs(path)
     manifest = read_manifest(path, filesystem=fs)
@@ -156,7 +156,7 @@ def cmd_inspect(path: str, root: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lineage-data`` console script."""
-    from connectors.jobs import pdf, video
+    from lineage_data.connectors.jobs import pdf, video
 
     parser = argparse.ArgumentParser(
         prog="lineage-data",

@@ -1,7 +1,7 @@
 """The file formats of training shards: Parquet, WebDataset tar, JSONL documents.
 
 One shard file is written by one :class:`ShardFile` (open, ``write`` Arrow tables, ``close`` to get
-its size); :class:`connectors.shards.ShardWriter` cuts, stages and commits the files the same way
+its size); :class:`lineage_data.connectors.shards.ShardWriter` cuts, stages and commits the files the same way
 for every format (exactly once, through the manifest). Each format is read back by its own library:
 ``pyarrow``/``datasets`` for Parquet, the ``webdataset`` package or Ray Data's ``read_webdataset``
 for tar shards, any JSON-lines reader for JSONL.

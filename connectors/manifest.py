@@ -1,6 +1,6 @@
 """The commit records of a shard directory, and the readers that trust nothing else.
 
-Layout written by :func:`connectors.shards.write_shards`::
+Layout written by :func:`lineage_data.connectors.shards.write_shards`::
 
     path/part-<uuid>.parquet               PRESENT rows: user columns + _lineage_root
     path/_dead_letter/part-<uuid>.parquet  other rows: root, stage, outcome, cause, time, run_id
@@ -10,7 +10,7 @@ Layout written by :func:`connectors.shards.write_shards`::
 Readers (:func:`read_shards`, :func:`read_dead_letter`, :func:`committed_roots`) look at manifest
 entries only, so a file left by a run that died before its entry is invisible
 (:func:`remove_orphans` deletes such files). On S3, refused credentials and a missing bucket raise
-the typed errors of :mod:`connectors.s3`.
+the typed errors of :mod:`lineage_data.connectors.s3`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from connectors.s3 import resolve_filesystem, s3_errors
 from lineage_data._core import columns as C
 from lineage_data._core.errors import LineageError
+from lineage_data.connectors.s3 import resolve_filesystem, s3_errors
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
@@ -173,7 +173,7 @@ def load_manifest(fs: Any, path: str) -> Manifest:
 
 @contextlib.contextmanager
 def _storage(path: str, filesystem: Any) -> Iterator[tuple[Any, str]]:
-    """``(fs, path on fs)``; inside the block S3 failures are the typed ``connectors.s3`` errors."""
+    """``(fs, path on fs)``; inside the block S3 failures are the typed ``lineage_data.connectors.s3`` errors."""
     fs, root = resolve_filesystem(path, filesystem)
     with s3_errors(path, fs):
         yield fs, root
@@ -208,7 +208,7 @@ def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None 
         One Arrow table; shards with different user columns are merged, missing values are null.
     """
     with _storage(path, filesystem) as (fs, root):
-        # Parquet shards; tar and JSONL shards are read by their own libraries (connectors.formats)
+        # Parquet shards; tar and JSONL shards are read by their own libraries (lineage_data.connectors.formats)
         entries = tuple(e for e in load_manifest(fs, root).shards if e.file.endswith(".parquet"))
         if columns is not None and C.ROOT not in columns:
             columns = [C.ROOT, *columns]

@@ -23,7 +23,7 @@ The three-level pipeline::
 
 Bad input stays with its root: a page without text has zero lines (an empty group; its text is
 ""), a crop the recognizer cannot decode fails that line (:class:`RecordFailure`), and a page row
-that has no decodable image fails that page (:class:`~connectors.errors.CorruptInputError`).
+that has no decodable image fails that page (:class:`~lineage_data.connectors.errors.CorruptInputError`).
 
 Each callable class builds its ONNX sessions once (per actor, or per task of a task pool). The
 ``device`` option picks onnxruntime's provider: ``"cpu"``, or ``"cuda"`` where ``onnxruntime-gpu``
@@ -42,9 +42,9 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from connectors import errors
-from connectors.errors import CorruptInputError
 from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors import errors
+from lineage_data.connectors.errors import CorruptInputError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -118,7 +118,7 @@ class DetectLines:
     """Expand one page image into its text lines, in reading order (RapidOCR's detector).
 
     For ``expand_lineage(DetectLines, fn_constructor_kwargs={...})``. Reads ``row["image"]`` (PNG
-    or JPEG bytes, as :func:`connectors.pdf.render_pages` yields them) and yields, for line ``i``
+    or JPEG bytes, as :func:`lineage_data.connectors.pdf.render_pages` yields them) and yields, for line ``i``
     of ``n``::
 
         {"line_index": i, "line_count": n, "box": [x0, y0, x1, y1, x2, y2, x3, y3],
@@ -130,7 +130,7 @@ class DetectLines:
     RapidOCR's ``sorted_boxes``: top to bottom, left to right within a row.
 
     A page without text yields nothing: an empty group, whose :func:`page_text` is "". A row whose
-    ``image`` is missing or cannot be decoded raises :class:`~connectors.errors.CorruptInputError`
+    ``image`` is missing or cannot be decoded raises :class:`~lineage_data.connectors.errors.CorruptInputError`
     (with ``render_pages(..., page_errors="keep")`` the page's own render error), which fails that
     page and no other.
 
@@ -142,7 +142,7 @@ class DetectLines:
         unclip_ratio: How far each detected box is grown (RapidOCR's ``unclip_ratio``).
 
     Example:
-        >>> from connectors.testing.corpus import make_page_image
+        >>> from lineage_data.connectors.testing.corpus import make_page_image
         >>> image, _ = make_page_image(["lineage data"], width=320, height=120)
         >>> [line["line_index"] for line in DetectLines()({"image": image})]
         [0]
@@ -269,7 +269,7 @@ class RecognizeLines:
             the regroup holds text, not images).
 
     Example:
-        >>> from connectors.testing.corpus import make_page_image
+        >>> from lineage_data.connectors.testing.corpus import make_page_image
         >>> image, _ = make_page_image(["lineage data"], width=320, height=120)
         >>> crops = [line["crop"] for line in DetectLines()({"image": image})]
         >>> out = RecognizeLines()({"crop": crops + [b"not an image"]})

@@ -60,9 +60,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 
-from connectors._prompt import batch_columns, format_prompt, template_fields
 from lineage_data._core.errors import StageFailedError, describe
 from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors._prompt import batch_columns, format_prompt, template_fields
 
 __all__ = ["NUM_GENERATED_TOKENS", "NUM_PROMPT_TOKENS", "OpenAIChatStage"]
 
@@ -87,7 +87,7 @@ class OpenAIChatStage:
 
     Example (against the test tooling's loopback server):
         >>> import pyarrow as pa
-        >>> from connectors.testing.chat_server import ChatServer
+        >>> from lineage_data.connectors.testing.chat_server import ChatServer
         >>> with ChatServer() as server:
         ...     stage = OpenAIChatStage(server.base_url, "echo")
         ...     stage.run(pa.table({"text": ["a page", "another page"]}))["generation"]

@@ -14,7 +14,7 @@ A typical plan::
     pages = docs.expand_lineage(render_pages, fn_kwargs={"dpi": 100})
     text = pages.map_batches(ExtractText, fn_constructor_kwargs={"min_chars": 20})
 
-Bad inputs raise the typed errors of :mod:`connectors.errors` before the first page is yielded, so
+Bad inputs raise the typed errors of :mod:`lineage_data.connectors.errors` before the first page is yielded, so
 a rejected document never has half of its pages in flight. PDFium is not thread-safe: run one
 render per worker process (Ray Data's default), not several threads of one actor.
 
@@ -31,8 +31,9 @@ import unicodedata
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from connectors import errors
-from connectors.errors import (
+from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors import errors
+from lineage_data.connectors.errors import (
     CorruptInputError,
     EmptyInputError,
     EncryptedInputError,
@@ -40,7 +41,6 @@ from connectors.errors import (
     TruncatedInputError,
     UnsupportedInputError,
 )
-from lineage_data._core.failures import RecordFailure
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,7 +94,7 @@ def render_pages(
 
     With ``page_errors="keep"`` every page row also has ``error``: None, or, for a page PDFium
     cannot load or render, the reason (with ``image`` None, ``text`` "" and no size); a later stage
-    (:class:`connectors.ocr.DetectLines`) then fails that page alone instead of the document.
+    (:class:`lineage_data.connectors.ocr.DetectLines`) then fails that page alone instead of the document.
 
     Options are checked when this is called; the input is checked on the first ``next()``, before
     any page is yielded. The document is closed when the iterator is exhausted or closed.
@@ -122,7 +122,7 @@ def render_pages(
         ImportError: pypdfium2 (or pillow, when rendering) is not installed.
 
     Example:
-        >>> from connectors.testing.corpus import make_pdf
+        >>> from lineage_data.connectors.testing.corpus import make_pdf
         >>> pages = list(render_pages({"bytes": make_pdf(2, title="a")}, render=False))
         >>> [(p["page_index"], p["page_count"], p["text"].splitlines()[0]) for p in pages]
         [(0, 2, 'Document a page 1 of 2'), (1, 2, 'Document a page 2 of 2')]
@@ -138,7 +138,7 @@ class PdfPages:
     bad option fails when the plan is built rather than on the first document.
 
     Example:
-        >>> from connectors.testing.corpus import make_pdf
+        >>> from lineage_data.connectors.testing.corpus import make_pdf
         >>> expand = PdfPages(render=False)
         >>> len(list(expand({"bytes": make_pdf(3)})))
         3

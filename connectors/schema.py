@@ -34,8 +34,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.manifest import ShardError, join_path
 from lineage_data._core import columns as C
+from lineage_data.connectors.manifest import ShardError, join_path
 
 SCHEMA_FILE = "_schema.json"
 _FIRST = (C.ROOT, C.MISSING)  # the lineage columns a shard keeps, first in every shard

@@ -11,7 +11,7 @@ payload bytes go from the Ray write tasks straight to storage, never through the
 A data file is written under a fresh unique name first; the manifest entry naming it is written
 only once the file is complete, and that entry is the commit point (an S3 PUT is atomic; on a local
 disk the entry is written under a temporary name and renamed). The readers live in
-:mod:`connectors.manifest` (re-exported here): they trust manifest entries only.
+:mod:`lineage_data.connectors.manifest` (re-exported here): they trust manifest entries only.
 
 Exactly-once: an entry's name hashes the run id, the kind and the sorted roots of its file, so a Ray
 write task retried inside one run commits nothing twice; a new run excludes the committed roots from
@@ -36,8 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from connectors import formats, schema
-from connectors.manifest import (
+from lineage_data._core import columns as C
+from lineage_data._core.errors import LineageError, PlanError
+from lineage_data.connectors import formats, schema
+from lineage_data.connectors.manifest import (
     DEAD_LETTER,
     DEAD_LETTER_DIR,
     DEAD_LETTER_SCHEMA,
@@ -57,9 +59,7 @@ from connectors.manifest import (
     read_shards,
     remove_orphans,
 )
-from connectors.s3 import check_access, resolve_filesystem, s3_errors
-from lineage_data._core import columns as C
-from lineage_data._core.errors import LineageError, PlanError
+from lineage_data.connectors.s3 import check_access, resolve_filesystem, s3_errors
 
 MiB = 1 << 20
 # A shard is committed this long after its first row at the latest (Flink's FileSink rolls on time
@@ -193,7 +193,7 @@ class ShardWriter:
         self._writer: formats.ShardFile | None = None
         self._name = ""
         self._dead: list[pa.Table] = []
-        self._schema: pa.Schema | None = None  # the directory's (connectors.schema)
+        self._schema: pa.Schema | None = None  # the directory's (lineage_data.connectors.schema)
         self.committed: list[ManifestEntry] = []
 
     def add(self, table: pa.Table) -> None:
@@ -258,7 +258,7 @@ class ShardWriter:
         return lo
 
     def _dataset_schema(self, table: pa.Table) -> pa.Schema:
-        """The directory's one schema (see :mod:`connectors.schema`), recorded by the first shard."""
+        """The directory's one schema (see :mod:`lineage_data.connectors.schema`), recorded by the first shard."""
         if self._schema is None:
             self._schema = schema.load(self._fs, self._path)
             if self._schema is None:
@@ -438,14 +438,14 @@ def write_shards(
         create_bucket: On S3, create the bucket of ``path`` if it does not exist; by default a
             missing bucket is an error (a mistyped name must not become a new bucket).
         format: ``"parquet"``, ``"webdataset"`` (tar shards, one sample per document) or
-            ``"jsonl"`` (gzip JSON lines of Dolma-style documents); see :mod:`connectors.formats`.
+            ``"jsonl"`` (gzip JSON lines of Dolma-style documents); see :mod:`lineage_data.connectors.formats`.
             Dead letters are Parquet in every format.
         text_column: The column holding a document's text for the ``.txt`` member or the
             ``text`` field (default ``markdown``, else ``text``).
         source: The ``source`` field of JSONL documents.
         schema: The shards' schema (``_lineage_root`` first), fixed before the first shard: every
             shard has exactly it, and rows with another column fail the run. By default the first
-            shard's schema is recorded and later columns are added to it (:mod:`connectors.schema`).
+            shard's schema is recorded and later columns are added to it (:mod:`lineage_data.connectors.schema`).
 
     Returns:
         A :class:`ShardResult` for this call.

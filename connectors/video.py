@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.errors import (
+from lineage_data.connectors.errors import (
     CorruptInputError,
     EmptyInputError,
     OversizedInputError,
@@ -155,7 +155,7 @@ def split_clips(
         ImportError: PyAV is not installed.
 
     Example:
-        >>> from connectors.testing.corpus import make_video
+        >>> from lineage_data.connectors.testing.corpus import make_video
         >>> clips = list(split_clips({"bytes": make_video(3, seed=0)}, clip_seconds=1))
         >>> [(c["clip_index"], c["start_s"], c["end_s"]) for c in clips]
         [(0, 0.0, 1.0), (1, 1.0, 2.0), (2, 2.0, 3.0)]
@@ -470,7 +470,7 @@ def sample_frames(
         UnsupportedInputError, TruncatedInputError: As for :func:`split_clips`.
 
     Example:
-        >>> from connectors.testing.corpus import make_video
+        >>> from lineage_data.connectors.testing.corpus import make_video
         >>> clip = next(split_clips({"bytes": make_video(2, seed=0)}))
         >>> [f["frame_index"] for f in sample_frames(clip, frames_per_clip=4)]
         [3, 9, 15, 21]
@@ -577,7 +577,7 @@ def clip_audio(
         EmptyInputError, UnsupportedInputError, TruncatedInputError: As for :func:`split_clips`.
 
     Example:
-        >>> from connectors.testing.corpus import make_video
+        >>> from lineage_data.connectors.testing.corpus import make_video
         >>> clip = next(split_clips({"bytes": make_video(1, seed=0)}))
         >>> out = clip_audio(clip)
         >>> out["audio_sample_rate"], out["audio_channels"], round(out["audio_seconds"], 1)

@@ -20,7 +20,7 @@ Failure policy: a problem that belongs to one row (an image that does not decode
 does not format, a request that finishes with ``finish_reason`` ``"error"`` or ``"abort"``) becomes
 ``RecordFailure(cause)`` in that row's output; any exception raised by ``LLM.generate`` itself (a
 dead engine, or an input vLLM rejects, which fails the whole call) propagates so the batch fails and
-is retried. ``connectors.testing.echo_llm.EchoLLM`` is a CPU stand-in with vLLM's offline
+is retried. ``lineage_data.connectors.echo_llm.EchoLLM`` is a CPU stand-in with vLLM's offline
 interface for demos and tests.
 """
 
@@ -34,9 +34,9 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from connectors._prompt import batch_columns, format_prompt, template_fields
 from lineage_data._core.errors import describe
 from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors._prompt import batch_columns, format_prompt, template_fields
 
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
@@ -83,7 +83,7 @@ class VllmStage:
 
     Example (on CPU, with the stand-in engine):
         >>> import pyarrow as pa
-        >>> from connectors.testing.echo_llm import EchoLLM
+        >>> from lineage_data.connectors.echo_llm import EchoLLM
         >>> stage = VllmStage("echo", image_column=None, llm_factory=EchoLLM)
         >>> stage(pa.table({"text": ["a page", "another page"]}))["generation"]
         ['echo: a page', 'echo: another page']
@@ -102,7 +102,7 @@ class VllmStage:
         engine_kwargs: Extra keyword arguments for ``vllm.LLM`` (``max_model_len``, ...).
         llm_factory: Called as ``llm_factory(model=model, **engine_kwargs)`` instead of
             ``vllm.LLM``; the result must implement :class:`LLMLike` (e.g. the test tooling's
-            ``connectors.testing.echo_llm.EchoLLM``).
+            ``lineage_data.connectors.echo_llm.EchoLLM``).
         sampling_params_factory: Called as ``factory(**sampling_params)`` instead of
             ``vllm.SamplingParams``. When ``llm_factory`` is given and this is not, the
             sampling parameters are passed to ``generate`` as a plain dict.
@@ -293,7 +293,7 @@ class AsyncVllmStage(VllmStage):
 
     Same arguments, outputs and failure policy as :class:`VllmStage`; ``llm_factory`` builds an
     :class:`AsyncLLMLike` engine (default: ``vllm.AsyncLLMEngine.from_engine_args``), e.g. the test
-    tooling's ``connectors.testing.echo_llm.EchoAsyncLLM``.
+    tooling's ``lineage_data.connectors.echo_llm.EchoAsyncLLM``.
     """
 
     def __init__(self, model: str, **kwargs: Any) -> None:

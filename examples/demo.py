@@ -22,7 +22,7 @@ BUCKET = "corpus"
 
 
 def _upload(args) -> dict:
-    from connectors.testing.corpus import write_corpus, write_scanned_corpus
+    from lineage_data.connectors.testing.corpus import write_corpus, write_scanned_corpus
 
     scans = (
         write_scanned_corpus(
@@ -52,7 +52,7 @@ def _upload(args) -> dict:
 
 def _read_back(out: str) -> None:
     """What a reader of ``out`` finds: committed shard rows and dead letters, from the manifest."""
-    from connectors.shards import read_dead_letter, read_shards
+    from lineage_data.connectors.shards import read_dead_letter, read_shards
 
     print(
         f"read back from {out}: {read_shards(out).num_rows} shard rows, "
@@ -61,9 +61,9 @@ def _read_back(out: str) -> None:
 
 
 def _run(args) -> tuple[int, int]:
-    from connectors.jobs import pdf, video
-    from connectors.jobs._common import start_ray
-    from connectors.shards import read_manifest, write_shards
+    from lineage_data.connectors.jobs import pdf, video
+    from lineage_data.connectors.jobs._common import start_ray
+    from lineage_data.connectors.shards import read_manifest, write_shards
 
     start_ray(None, verbose=args.verbose)
     inputs = f"s3://{BUCKET}/input"  # s3fs finds the server and the keys in the AWS_* variables
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from connectors.testing.seaweed import SeaweedServer
+    from lineage_data.connectors.testing.seaweed import SeaweedServer
 
     workdir = pathlib.Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import pyarrow as pa
 
-    from connectors.testing.echo_llm import EchoLLM
-    from connectors.vllm import NUM_GENERATED_TOKENS, VllmStage
     from lineage_data._core.failures import RecordFailure
+    from lineage_data.connectors.echo_llm import EchoLLM
+    from lineage_data.connectors.vllm import NUM_GENERATED_TOKENS, VllmStage
 
     factory = None
     model = args.model or "echo"

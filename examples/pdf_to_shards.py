@@ -2,7 +2,7 @@
 
     python examples/pdf_to_shards.py INPUT OUTPUT          # or: lineage-data run examples/pdf_to_shards.py INPUT OUTPUT
 
-The installed job ``lineage-data pdf`` (:mod:`connectors.jobs.pdf`) does this with more options; copy
+The installed job ``lineage-data pdf`` (:mod:`lineage_data.connectors.jobs.pdf`) does this with more options; copy
 this file to start a pipeline of your own: change the page stage, the document row, the output.
 """
 
@@ -13,8 +13,8 @@ import sys
 from ray.data import ActorPoolStrategy
 
 import lineage_data as ld
-from connectors.pdf import ExtractText, render_pages
-from connectors.shards import write_shards
+from lineage_data.connectors.pdf import ExtractText, render_pages
+from lineage_data.connectors.shards import write_shards
 
 
 def assemble(pdf: dict, pages: list[dict]) -> dict:

@@ -2,7 +2,7 @@
 
     python examples/video_to_shards.py INPUT OUTPUT        # or: lineage-data run examples/video_to_shards.py INPUT OUTPUT
 
-The installed job ``lineage-data video`` (:mod:`connectors.jobs.video`) does this with a vLLM model
+The installed job ``lineage-data video`` (:mod:`lineage_data.connectors.jobs.video`) does this with a vLLM model
 and more options; here the "captioner" is a stand-in that names each frame's size and time.
 """
 
@@ -13,8 +13,8 @@ import sys
 from ray.data import ActorPoolStrategy
 
 import lineage_data as ld
-from connectors.shards import write_shards
-from connectors.video import sample_frames, split_clips
+from lineage_data.connectors.shards import write_shards
+from lineage_data.connectors.video import sample_frames, split_clips
 
 
 class Caption:

@@ -1,6 +1,6 @@
 """Where files live: one resolver from a path to an fsspec filesystem, and S3 errors that say why.
 
-``read_files``, ``connectors.shards.write_shards`` and the test tooling all call
+``read_files``, ``lineage_data.connectors.shards.write_shards`` and the test tooling all call
 :func:`resolve_filesystem`. S3 goes through s3fs, and s3fs through botocore's own configuration:
 ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, the shared
 files (``AWS_CONFIG_FILE``, ``AWS_SHARED_CREDENTIALS_FILE``), ``AWS_ENDPOINT_URL(_S3)``, instance

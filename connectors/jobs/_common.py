@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from connectors.formats import FORMATS
-from connectors.shards import DEFAULT_SHARD_INTERVAL_S
+from lineage_data.connectors.formats import FORMATS
+from lineage_data.connectors.shards import DEFAULT_SHARD_INTERVAL_S
 
 
 def common_args(parser: argparse.ArgumentParser) -> None:
@@ -168,7 +168,7 @@ def run_job(
 
 def write_and_report(ds: Any, args: argparse.Namespace, *, unit: str = "pages") -> int:
     """Write ``ds`` as shards to ``args.output``; print one summary; 0, or 1 if any input failed."""
-    from connectors.shards import write_shards
+    from lineage_data.connectors.shards import write_shards
 
     result = write_shards(
         ds,

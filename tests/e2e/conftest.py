@@ -1,6 +1,6 @@
 """End-to-end fixtures: one real SeaweedFS S3 server on loopback for the whole session.
 
-- ``s3_server``: a :class:`connectors.testing.seaweed.SeaweedServer` (keys required, free ports).
+- ``s3_server``: a :class:`lineage_data.connectors.testing.seaweed.SeaweedServer` (keys required, free ports).
 - ``s3_bucket``: ``(fs, "s3://<fresh bucket>")`` for one test; ``fs`` carries the server's keys,
   so it also works in Ray workers started before the test.
 - ``aws_env``: a clean botocore configuration for one test: no ``AWS_*`` variable, and shared
@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from connectors.testing.seaweed import SeaweedServer
+from lineage_data.connectors.testing.seaweed import SeaweedServer
 
 AWS_VARIABLES = (
     "AWS_ENDPOINT_URL",

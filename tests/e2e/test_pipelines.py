@@ -8,10 +8,20 @@ import sys
 
 import pytest
 
-from connectors.jobs import pdf as pdf_to_shards
-from connectors.jobs import video as video_to_shards
-from connectors.shards import read_dead_letter, read_manifest, read_shards, write_shards
-from connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_video, write_corpus
+from lineage_data.connectors.jobs import pdf as pdf_to_shards
+from lineage_data.connectors.jobs import video as video_to_shards
+from lineage_data.connectors.shards import (
+    read_dead_letter,
+    read_manifest,
+    read_shards,
+    write_shards,
+)
+from lineage_data.connectors.testing.corpus import (
+    BAD_FILE_ERRORS,
+    bad_files,
+    make_video,
+    write_corpus,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,9 @@ import pytest
 from pyarrow import fs as pafs
 
 import lineage_data as ld
-from connectors.s3 import (
+from lineage_data._core.errors import LineageError
+from lineage_data._ray.datasource import _read
+from lineage_data.connectors.s3 import (
     S3AccessError,
     S3BucketNotFoundError,
     S3ConnectionError,
@@ -24,10 +26,8 @@ from connectors.s3 import (
     resolve_filesystem,
     s3_filesystem,
 )
-from connectors.shards import write_shards
-from connectors.testing.seaweed import SeaweedError, SeaweedServer
-from lineage_data._core.errors import LineageError
-from lineage_data._ray.datasource import _read
+from lineage_data.connectors.shards import write_shards
+from lineage_data.connectors.testing.seaweed import SeaweedError, SeaweedServer
 
 pytestmark = pytest.mark.e2e
 
@@ -285,7 +285,7 @@ def test_write_shards_creates_the_bucket_when_asked(ray_session, s3_server, buck
 def _cli(args, env, cwd=ROOT):
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     return subprocess.run(
-        [sys.executable, "-m", "connectors.cli", *args],
+        [sys.executable, "-m", "lineage_data.connectors.cli", *args],
         cwd=cwd,
         env={**clean, **env},
         capture_output=True,
@@ -370,7 +370,7 @@ def test_seaweed_module_serves_in_foreground(tmp_path):
         [
             sys.executable,
             "-m",
-            "connectors.testing.seaweed",
+            "lineage_data.connectors.testing.seaweed",
             "--dir",
             str(tmp_path),
             "--port",

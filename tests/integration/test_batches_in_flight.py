@@ -20,8 +20,8 @@ from ray.data import ActorPoolStrategy
 from reference import by_root, status
 
 import lineage_data as ld
-from connectors.testing.echo_llm import EchoAsyncLLM
-from connectors.vllm import AsyncVllmStage
+from lineage_data.connectors.echo_llm import EchoAsyncLLM
+from lineage_data.connectors.vllm import AsyncVllmStage
 
 BATCH = 4
 

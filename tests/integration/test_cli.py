@@ -9,13 +9,13 @@ import textwrap
 
 import pytest
 
-from connectors.cli import main, summarize
+from lineage_data.connectors.cli import main, summarize
 
 PIPELINE = textwrap.dedent(
     """
     import sys
     import lineage_data as ld
-    from connectors.shards import write_shards
+    from lineage_data.connectors.shards import write_shards
 
     def pages(row):
         if row["n"] < 0:
@@ -90,7 +90,7 @@ SMALL = textwrap.dedent(
     import sys
     import ray
     import lineage_data as ld
-    from connectors.shards import write_shards
+    from lineage_data.connectors.shards import write_shards
 
     ds = ld.from_items([{"n": 2}, {"n": 3}]).expand_lineage(lambda r: ({"i": i} for i in range(r["n"])))
     result = write_shards(ds.reduce_lineage(), sys.argv[1], rows_per_shard=2)
@@ -106,7 +106,14 @@ def test_a_fresh_local_ray_is_sized_for_small_machines_and_quiet(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     env["LINEAGE_DATA_PROGRESS"] = "0"
     proc = subprocess.run(
-        [sys.executable, "-m", "connectors.cli", "run", str(script), str(tmp_path / "out")],
+        [
+            sys.executable,
+            "-m",
+            "lineage_data.connectors.cli",
+            "run",
+            str(script),
+            str(tmp_path / "out"),
+        ],
         env=env,
         capture_output=True,
         text=True,

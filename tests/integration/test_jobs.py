@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.jobs._common import require
-from connectors.shards import read_dead_letter, read_manifest, read_shards
-from connectors.testing.corpus import write_corpus
+from lineage_data.connectors.jobs._common import require
+from lineage_data.connectors.shards import read_dead_letter, read_manifest, read_shards
+from lineage_data.connectors.testing.corpus import write_corpus
 
 pytestmark = pytest.mark.slow
 

@@ -13,16 +13,21 @@ from ray.data import ActorPoolStrategy
 from reference import by_root, status
 
 import lineage_data as ld
-from connectors.jobs.pdf import build_ocr
-from connectors.ocr import (
+from lineage_data.connectors.jobs.pdf import build_ocr
+from lineage_data.connectors.ocr import (
     DetectLines,
     RecognizeLines,
     character_error_rate,
     document_text,
     page_text,
 )
-from connectors.pdf import PdfPages
-from connectors.testing.corpus import _write_pdf, bad_files, make_scanned_pdf, write_scanned_corpus
+from lineage_data.connectors.pdf import PdfPages
+from lineage_data.connectors.testing.corpus import (
+    _write_pdf,
+    bad_files,
+    make_scanned_pdf,
+    write_scanned_corpus,
+)
 
 DPI = 50  # 425 x 550 px pages: ~0.4 s of detection each on one core, and still no character lost
 CER = 0.1

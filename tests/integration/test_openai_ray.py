@@ -14,8 +14,8 @@ import pytest
 from reference import by_root
 
 import lineage_data as ld
-from connectors.openai import OpenAIChatStage
-from connectors.testing.chat_server import ChatServer, reply_text
+from lineage_data.connectors.openai import OpenAIChatStage
+from lineage_data.connectors.testing.chat_server import ChatServer, reply_text
 
 KEY = "sk-integration-5e1d"
 

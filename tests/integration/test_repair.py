@@ -13,9 +13,9 @@ import pytest
 from reference import by_root
 
 import lineage_data as ld
-from connectors.shards import read_dead_letter, read_shards, write_shards
 from lineage_data._core import columns as C
 from lineage_data._ray import execute
+from lineage_data.connectors.shards import read_dead_letter, read_shards, write_shards
 
 
 def docs_plan(n=10):

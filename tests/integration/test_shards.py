@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import lineage_data as ld
-from connectors.shards import (
+from lineage_data.connectors.shards import (
     committed_roots,
     read_dead_letter,
     read_manifest,
@@ -162,7 +162,7 @@ SCRIPT = textwrap.dedent(
     ld.init(include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     from test_shards import build
-    from connectors.shards import write_shards
+    from lineage_data.connectors.shards import write_shards
     # shards cut on time only (no run reaches 1000 rows): the killed run leaves time-cut shards
     ds = build(delay=float(sys.argv[2]))
     result = write_shards(
@@ -319,7 +319,7 @@ def test_a_shard_directory_is_one_dataset_for_every_reader(tmp_path):
 
 
 def test_rows_that_do_not_fit_the_directorys_schema_fail_the_run_typed(tmp_path):
-    from connectors.shards import ShardError
+    from lineage_data.connectors.shards import ShardError
 
     write_shards(build(docs=3), str(tmp_path), rows_per_shard=2)
     other = (

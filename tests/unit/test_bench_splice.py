@@ -8,7 +8,7 @@ import pypdfium2
 import pytest
 
 from bench.splice import page_counts, splice
-from connectors.testing.corpus import write_corpus
+from lineage_data.connectors.testing.corpus import write_corpus
 
 
 def _texts(path) -> list[str]:

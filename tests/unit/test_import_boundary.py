@@ -10,11 +10,11 @@ import pytest
         "lineage_data",
         "lineage_data._core",
         "lineage_data._core.local",
-        "connectors.pdf",
-        "connectors.video",
-        "connectors.testing",
-        "connectors.s3",
-        "connectors.vllm",
+        "lineage_data.connectors.pdf",
+        "lineage_data.connectors.video",
+        "lineage_data.connectors.testing",
+        "lineage_data.connectors.s3",
+        "lineage_data.connectors.vllm",
     ],
 )
 def test_import_loads_no_ray(module):

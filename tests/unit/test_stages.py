@@ -125,8 +125,8 @@ def test_a_connector_s_native_call_brings_its_own_timeout_which_the_user_can_cha
     import functools
     import math
 
-    from connectors.pdf import PAGE_TIMEOUT_S, PdfPages, render_pages
-    from connectors.video import CLIP_TIMEOUT_S, clip_audio, split_clips
+    from lineage_data.connectors.pdf import PAGE_TIMEOUT_S, PdfPages, render_pages
+    from lineage_data.connectors.video import CLIP_TIMEOUT_S, clip_audio, split_clips
 
     docs = ld.from_items([{"doc": "a"}], id_column="doc")
 

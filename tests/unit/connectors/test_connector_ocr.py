@@ -1,4 +1,4 @@
-"""connectors.ocr with the real model (RapidOCR, PP-OCRv4, in-process): lines, crops, reducers.
+"""lineage_data.connectors.ocr with the real model (RapidOCR, PP-OCRv4, in-process): lines, crops, reducers.
 
 The model drops some spaces between words, so recognized text is compared by character error
 rate (whitespace removed), line by line where the order matters.
@@ -14,17 +14,22 @@ import pyarrow as pa
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from connectors.errors import CorruptInputError
-from connectors.ocr import (
+from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors.errors import CorruptInputError
+from lineage_data.connectors.ocr import (
     DetectLines,
     RecognizeLines,
     character_error_rate,
     document_text,
     page_text,
 )
-from connectors.pdf import PdfPages, render_pages
-from connectors.testing.corpus import _write_pdf, make_page_image, make_pdf, make_scanned_pdf
-from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors.pdf import PdfPages, render_pages
+from lineage_data.connectors.testing.corpus import (
+    _write_pdf,
+    make_page_image,
+    make_pdf,
+    make_scanned_pdf,
+)
 
 CER = 0.1
 LINES = ["lineage data page", "the quick model report", "batch order retry", "sample window layout"]
@@ -371,7 +376,7 @@ def test_character_error_rate(hypothesis, reference, rate):
 
 def test_importing_the_connector_loads_no_model_runtime_and_no_ray():
     code = (
-        "import sys, connectors.ocr\n"
+        "import sys, lineage_data.connectors.ocr\n"
         "heavy = ('ray', 'rapidocr_onnxruntime', 'onnxruntime', 'cv2', 'Levenshtein')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy)\n"
         "print(bad[:5]); sys.exit(1 if bad else 0)"

@@ -1,4 +1,4 @@
-"""connectors.pdf: page expansion, rendering caps, typed errors, ExtractText."""
+"""lineage_data.connectors.pdf: page expansion, rendering caps, typed errors, ExtractText."""
 
 import functools
 import io
@@ -11,10 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from connectors import errors
-from connectors.pdf import ExtractText, PdfPages, normalize_text, render_pages, render_scale
-from connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_pdf
 from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors import errors
+from lineage_data.connectors.pdf import (
+    ExtractText,
+    PdfPages,
+    normalize_text,
+    render_pages,
+    render_scale,
+)
+from lineage_data.connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_pdf
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +207,7 @@ def test_normalize_text_is_idempotent(text):
 
 def _text_pdf(lines: list[str]) -> bytes:
     """A one-page PDF whose text layer is ``lines``, one text line each (Helvetica)."""
-    from connectors.testing.corpus import _pdf_string, _write_pdf
+    from lineage_data.connectors.testing.corpus import _pdf_string, _write_pdf
 
     content = b"".join(
         b"BT /F1 11 Tf 72 %d Td %s Tj ET\n" % (720 - 14 * i, _pdf_string(line))

@@ -1,4 +1,4 @@
-"""connectors.testing: seeded generators and the corpus writer; doctests of every connector."""
+"""lineage_data.connectors.testing: seeded generators and the corpus writer; doctests of every connector."""
 
 import doctest
 import json
@@ -7,16 +7,16 @@ import statistics
 import fsspec
 import pytest
 
-import connectors.errors
-import connectors.ocr
-import connectors.pdf
-import connectors.testing.corpus
-import connectors.testing.echo_llm
-import connectors.video
-import connectors.vllm
+import lineage_data.connectors.echo_llm
+import lineage_data.connectors.errors
+import lineage_data.connectors.ocr
+import lineage_data.connectors.pdf
+import lineage_data.connectors.testing.corpus
+import lineage_data.connectors.video
+import lineage_data.connectors.vllm
 import lineage_data.storage
-from connectors.pdf import render_pages
-from connectors.testing.corpus import (
+from lineage_data.connectors.pdf import render_pages
+from lineage_data.connectors.testing.corpus import (
     BAD_FILE_ERRORS,
     bad_files,
     long_tail_page_counts,
@@ -28,13 +28,13 @@ from connectors.testing.corpus import (
 @pytest.mark.parametrize(
     "module",
     [
-        connectors.errors,
-        connectors.ocr,
-        connectors.pdf,
-        connectors.testing.corpus,
-        connectors.testing.echo_llm,
-        connectors.video,
-        connectors.vllm,
+        lineage_data.connectors.errors,
+        lineage_data.connectors.ocr,
+        lineage_data.connectors.pdf,
+        lineage_data.connectors.testing.corpus,
+        lineage_data.connectors.echo_llm,
+        lineage_data.connectors.video,
+        lineage_data.connectors.vllm,
         lineage_data.storage,
     ],
 )

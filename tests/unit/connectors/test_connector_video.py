@@ -1,4 +1,4 @@
-"""connectors.video: clips tile the video, clips stand alone, frames and audio decode."""
+"""lineage_data.connectors.video: clips tile the video, clips stand alone, frames and audio decode."""
 
 import io
 import itertools
@@ -8,9 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from connectors import errors
-from connectors.testing.corpus import BAD_FILE_ERRORS, bad_files, make_pdf, make_png, make_video
-from connectors.video import clip_audio, clip_bounds, mp4_truncation, sample_frames, split_clips
+from lineage_data.connectors import errors
+from lineage_data.connectors.testing.corpus import (
+    BAD_FILE_ERRORS,
+    bad_files,
+    make_pdf,
+    make_png,
+    make_video,
+)
+from lineage_data.connectors.video import (
+    clip_audio,
+    clip_bounds,
+    mp4_truncation,
+    sample_frames,
+    split_clips,
+)
 
 FPS = 12
 

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from connectors.formats import sample_key
-from connectors.shards import ShardWriter, read_manifest
 from lineage_data._core import columns as C
+from lineage_data.connectors.formats import sample_key
+from lineage_data.connectors.shards import ShardWriter, read_manifest
 
 
 def _png(seed: int) -> bytes:

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from connectors.openai import NUM_GENERATED_TOKENS, NUM_PROMPT_TOKENS, OpenAIChatStage
-from connectors.testing.chat_server import ChatServer, reply_text
 from lineage_data import StageFailedError
 from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors.openai import NUM_GENERATED_TOKENS, NUM_PROMPT_TOKENS, OpenAIChatStage
+from lineage_data.connectors.testing.chat_server import ChatServer, reply_text
 
 KEY = "sk-test-7f3a9c"
 

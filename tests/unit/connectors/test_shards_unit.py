@@ -14,8 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import lineage_data as ld
-from connectors import shards
-from connectors.shards import (
+from lineage_data._core import columns as C
+from lineage_data._core.local import run_local
+from lineage_data.connectors import shards
+from lineage_data.connectors.shards import (
     DEAD_LETTER_SCHEMA,
     ManifestEntry,
     ShardError,
@@ -27,8 +29,6 @@ from connectors.shards import (
     remove_orphans,
     write_shards,
 )
-from lineage_data._core import columns as C
-from lineage_data._core.local import run_local
 from lineage_data.report import RunReport
 
 FS = fsspec.filesystem("file")

@@ -6,7 +6,8 @@ import sys
 import fsspec
 import pytest
 
-from connectors.s3 import (
+from lineage_data._core.errors import LineageError
+from lineage_data.connectors.s3 import (
     S3AccessError,
     S3BucketNotFoundError,
     S3ConnectionError,
@@ -15,7 +16,6 @@ from connectors.s3 import (
     s3_errors,
     s3_filesystem,
 )
-from lineage_data._core.errors import LineageError
 from lineage_data.storage import classify_s3_error, s3_endpoint
 
 KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -44,8 +44,8 @@ def aws(monkeypatch, tmp_path):
 
 def test_storage_loads_no_ray():
     code = (
-        "import sys, lineage_data.storage, connectors.s3, connectors.manifest\n"
-        "import connectors.testing.corpus, connectors.testing.seaweed, connectors.testing.echo_llm\n"
+        "import sys, lineage_data.storage, lineage_data.connectors.s3, lineage_data.connectors.manifest\n"
+        "import lineage_data.connectors.testing.corpus, lineage_data.connectors.testing.seaweed, lineage_data.connectors.echo_llm\n"
         "sys.exit(1 if any(m == 'ray' or m.startswith('ray.') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from connectors.testing.echo_llm import EchoLLM
-from connectors.vllm import (
+from lineage_data._core.failures import RecordFailure
+from lineage_data.connectors.echo_llm import EchoLLM
+from lineage_data.connectors.vllm import (
     NUM_GENERATED_TOKENS,
     NUM_PROMPT_TOKENS,
     VllmStage,
 )
-from lineage_data._core.failures import RecordFailure
 
 
 def encode(size: tuple[int, int], fmt: str = "PNG", mode: str = "RGB") -> bytes:

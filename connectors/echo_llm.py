@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
-from connectors.vllm import pil_image
+from lineage_data.connectors.vllm import pil_image
 
 __all__ = ["EchoAsyncLLM", "EchoCompletionOutput", "EchoLLM", "EchoRequestOutput"]
 
