@@ -11,6 +11,8 @@ for tar shards, any JSON-lines reader for JSONL.
   publish them: ``__key__`` is a digest of the root id (a WebDataset key may not hold the dots and
   slashes of a URI), ``<key>.txt`` the document's text, ``<key>.json`` its other columns with the
   root id under ``"id"``, ``<key>.<i>.png`` (or ``.jpg``) each image of a list-of-bytes column.
+- ``lance``: the directory is a Lance dataset, one fragment per shard, committed through the
+  manifest first and rolled into Lance after (:mod:`lineage_data.connectors.lance_format`).
 - ``jsonl``: gzip-compressed JSON lines with Dolma's document fields (olmOCR writes these): ``id``
   (the root id), ``text``, ``source`` (the writer's ``source`` name) and ``metadata`` (the other
   columns; bytes left out).
@@ -35,8 +37,9 @@ import pyarrow.parquet as pq
 
 from lineage_data._core import columns as C
 
-FORMATS = ("parquet", "webdataset", "jsonl")
-EXTENSIONS = {"parquet": "parquet", "webdataset": "tar", "jsonl": "jsonl.gz"}
+FORMATS = ("parquet", "webdataset", "jsonl", "lance")
+# lance: the staged rows (Arrow IPC); the shard itself is a Lance data file (lance_format)
+EXTENSIONS = {"parquet": "parquet", "webdataset": "tar", "jsonl": "jsonl.gz", "lance": "arrows"}
 _PNG, _JPEG = b"\x89PNG", b"\xff\xd8\xff"
 
 
@@ -180,4 +183,8 @@ _CLASSES: dict[str, type[ShardFile]] = {
 
 def open_shard(fmt: str, file: Any, schema: pa.Schema, options: dict[str, Any]) -> ShardFile:
     """A :class:`ShardFile` of format ``fmt`` writing to the open binary ``file``."""
+    if fmt == "lance":
+        from lineage_data.connectors.lance_format import LanceStaging
+
+        return LanceStaging(file, schema, options)
     return _CLASSES[fmt](file, schema, options)

@@ -24,6 +24,7 @@ shard leaves :func:`read_dead_letter`, one that fails again shows its newest dea
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -38,7 +39,7 @@ import pyarrow.parquet as pq
 
 from lineage_data._core import columns as C
 from lineage_data._core.errors import LineageError, PlanError
-from lineage_data.connectors import formats, schema
+from lineage_data.connectors import formats, lance_format, schema
 from lineage_data.connectors.manifest import (
     DEAD_LETTER,
     DEAD_LETTER_DIR,
@@ -264,6 +265,8 @@ class ShardWriter:
             if self._schema is None:
                 self._schema = self._fixed or table.schema
                 schema.record(self._fs, self._path, self._schema, _put_atomic)
+        if self._format == "lance":  # one schema per Lance dataset: the first shard's is final
+            return self._schema
         grow = self._fixed is None
         if schema.merged(self._schema, table, grow=grow) is not None:  # typed at last, or new
             # another write task may have grown it meanwhile: grow the newest record
@@ -316,7 +319,9 @@ class ShardWriter:
         roots, name = tuple(self._roots), self._name
         self._writer, self._file, self._roots = None, None, []
         staged, final = self._staged(name), join_path(self._path, name)
-        if staged != final:
+        if self._format == "lance":  # an uncommitted Lance fragment, rolled into Lance after
+            name, size = lance_format.write_fragment(self._fs, self._path, staged)
+        elif staged != final:
             self._fs.mv(staged, final)
         self._commit(SHARD, name, roots, size)
 
@@ -415,7 +420,7 @@ def write_shards(
     source: str | None = None,
     schema: pa.Schema | None = None,
 ) -> ShardResult:
-    """Run ``ds`` and write its rows as Parquet shards under ``path``, exactly once per root.
+    """Run ``ds`` and write its rows as training shards under ``path``, exactly once per root.
 
     Shards are committed by Ray write tasks while the pipeline runs, rolled as a streaming file
     sink rolls its files: a task gets ``rows_per_shard`` terminal rows, or fewer once they reach
@@ -437,8 +442,10 @@ def write_shards(
         retry_failed: Also run the roots in the dead-letter table again (only with ``resume``).
         create_bucket: On S3, create the bucket of ``path`` if it does not exist; by default a
             missing bucket is an error (a mistyped name must not become a new bucket).
-        format: ``"parquet"``, ``"webdataset"`` (tar shards, one sample per document) or
-            ``"jsonl"`` (gzip JSON lines of Dolma-style documents); see :mod:`lineage_data.connectors.formats`.
+        format: ``"parquet"``, ``"webdataset"`` (tar shards, one sample per document),
+            ``"jsonl"`` (gzip JSON lines of Dolma-style documents) or ``"lance"`` (``path`` is a
+            Lance dataset, one fragment per shard; local paths; the first shard's schema is final);
+            see :mod:`lineage_data.connectors.formats` and :mod:`lineage_data.connectors.lance_format`.
             Dead letters are Parquet in every format.
         text_column: The column holding a document's text for the ``.txt`` member or the
             ``text`` field (default ``markdown``, else ``text``).
@@ -489,13 +496,16 @@ def write_shards(
         source=source,
         schema=schema,
     )
+    # a Lance directory has one Lance committer: this call's (lance_format explains why)
+    lance = lance_format.committer(fs, root) if format == "lance" else contextlib.nullcontext()
     try:
-        run.write_datasink(
-            sink,
-            rows_per_write=rows_per_shard,
-            max_bytes_per_write=max_bytes_per_shard,
-            max_write_interval_s=max_shard_interval_s,
-        )
+        with lance:
+            run.write_datasink(
+                sink,
+                rows_per_write=rows_per_shard,
+                max_bytes_per_write=max_bytes_per_shard,
+                max_write_interval_s=max_shard_interval_s,
+            )
     finally:
         with s3_errors(path, fs):
             _save_report(fs, root, run, run_id)

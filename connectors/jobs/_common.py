@@ -48,8 +48,8 @@ def common_args(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="parquet",
-        help="shard files: Parquet (default), WebDataset tar (a sample per document), or "
-        "gzip JSON lines of Dolma-style documents",
+        help="shard files: Parquet (default), WebDataset tar (a sample per document), "
+        "gzip JSON lines of Dolma-style documents, or a Lance dataset (local output only)",
     )
     parser.add_argument(
         "--retry-failed", action="store_true", help="run the dead-lettered inputs again"

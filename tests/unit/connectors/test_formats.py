@@ -84,3 +84,59 @@ def test_jsonl_shards_are_dolma_documents(tmp_path):
 def test_an_unknown_format_is_refused(tmp_path):
     with pytest.raises(ValueError, match="format must be one of"):
         write(tmp_path, "csv")
+
+
+def test_lance_shards_are_one_lance_dataset_once_rolled_forward(tmp_path):
+    import lance
+
+    from lineage_data.connectors import lance_format
+
+    fs = fsspec.filesystem("file")
+    entries = write(tmp_path, "lance")
+    assert [e.file.startswith("data/") and e.file.endswith(".lance") for e in entries] == [True] * 2
+    assert not list(tmp_path.glob("_versions"))  # written and in the manifest, not in Lance yet
+    lance_format.roll_forward(fs, str(tmp_path))
+    lance_format.roll_forward(fs, str(tmp_path))  # idempotent: nothing appended twice
+    dataset = lance.dataset(str(tmp_path))
+    table = dataset.to_table()
+    assert table[C.ROOT].to_pylist() == ["a.pdf", "b.pdf", "c.pdf"]
+    assert table.column_names == [C.ROOT, "path", "pages", "markdown", "images"]
+    assert table["images"][0].as_py()[0] == _png(0)
+    assert dataset.version == 1
+    assert not list(tmp_path.glob("_staging/*"))  # the staged rows became the fragment
+
+
+def test_lance_reconcile_commits_a_fragment_lance_lacks_and_removes_uncommitted_ones(tmp_path):
+    import lance
+
+    from lineage_data.connectors import lance_format
+
+    fs = fsspec.filesystem("file")
+    write(tmp_path, "lance", roots=("a.pdf", "b.pdf"))
+    lance_format.roll_forward(fs, str(tmp_path))
+    # a run killed after its manifest entry, before the Lance commit ...
+    write(tmp_path, "lance", roots=("c.pdf",))
+    # ... and one killed after its fragment, before the entry: no entry names it
+    (uncommitted,) = write(tmp_path, "lance", roots=("d.pdf",))
+    (tmp_path / "_manifest" / f"{uncommitted.entry}.json").unlink()
+    lost = tmp_path / uncommitted.file
+    assert lost.exists()  # written but uncommitted: invisible to Lance, removed by reconcile
+
+    lance_format.reconcile(fs, str(tmp_path))
+    lance_format.reconcile(fs, str(tmp_path))
+    roots = lance.dataset(str(tmp_path)).to_table()[C.ROOT].to_pylist()
+    assert sorted(roots) == ["a.pdf", "b.pdf", "c.pdf"]
+    assert not lost.exists()
+    assert len(list(tmp_path.glob("_fragments/*.json"))) == len(list(tmp_path.glob("data/*.lance")))
+
+
+def test_lance_shards_keep_the_first_shards_schema(tmp_path):
+    from lineage_data.connectors.shards import ShardError
+
+    write(tmp_path, "lance", roots=("a.pdf", "b.pdf"))
+    w = ShardWriter(
+        fsspec.filesystem("file"), str(tmp_path), run_id="run-2", rows_per_shard=2, format="lance"
+    )
+    w.add(documents(["c.pdf"]).append_column("extra", pa.array([1])))
+    with pytest.raises(ShardError, match="extra"):
+        w.close()

@@ -1,0 +1,246 @@
+"""Lance shards: the shard directory is a Lance dataset, committed exactly once through our manifest.
+
+``write_shards(ds, path, format="lance")`` makes ``path`` itself a Lance dataset
+(``lance.dataset(path).to_table()``); our files sit beside Lance's, where Lance never looks::
+
+    path/data/<name>.lance                 a shard: one Lance fragment's data file (Lance writes it)
+    path/_versions/ path/_transactions/    Lance's versions (only the committer below writes them)
+    path/_fragments/<name>.json            the fragment's metadata, written before its entry
+    path/_manifest/<entry>.json            our commit record of the shard (``file`` = data/<name>.lance)
+    path/_dead_letter/part-<uuid>.parquet  dead letters, Parquet as in every format
+
+Why exactly once. A Lance commit and our manifest entry cannot be written atomically together, so
+one of them must be the truth; Lance's own appends are at-least-once across a crash between the
+Lance commit and the caller's checkpoint (Lance issue 3265). Ours is the truth, and Lance follows:
+
+1. A write task stages the shard's rows (Arrow IPC under ``_staging/``), writes them as one Lance
+   fragment with ``lance.fragment.write_fragments`` (a data file no Lance reader sees until a Lance
+   version lists it), then its metadata (``_fragments/``), then the manifest entry: the commit.
+2. One committer rolls Lance forward (:func:`roll_forward`): every manifest shard whose data file
+   no Lance version lists is appended, in one Lance commit per pass. Idempotent by data file name:
+   a file a version already lists is never appended again, so a crash anywhere (before, inside or
+   after a Lance commit) ends in a pass that commits what is missing and nothing twice.
+3. A crash before step 1's entry leaves a data file no entry names: invisible to Lance readers,
+   removed by :func:`reconcile` before the next write starts (as the other formats' orphans).
+
+Concurrency: a single committer, not one Lance commit per write task. The driver's
+:func:`committer` thread runs :func:`roll_forward` every second while the run goes on and once at
+its end; :func:`reconcile` runs it before the run. Per-task commits would need Lance's conflict
+retry (appends commute, so ``read_version`` + retry would work), but the first commit creates the
+dataset (an ``Overwrite``), and two tasks racing to create it would lose one's rows; one committer
+has no race, writes one Lance version per pass instead of one per shard, and a write task that
+dies never leaves a half-done Lance commit of its own. Shards become visible to Lance readers
+about a second after their entry.
+
+Schema: a Lance dataset has one schema, so the first shard's (recorded as in
+:mod:`lineage_data.connectors.schema`) is final: a later column, or a value whose type the first
+shard did not know (a column that was all nulls), fails the run with a ShardError naming the
+column. Pass ``write_shards(schema=...)`` to fix the types before the first shard.
+
+Local directories only in this version (Lance's object-store settings are not derived from the
+fsspec filesystem yet). One writer per path, as for every format; do not compact or delete rows
+while a write runs. A Lance compaction later is fine: :func:`roll_forward` also looks at older
+versions before it appends a file the latest version no longer lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from lineage_data.connectors.formats import ShardFile
+from lineage_data.connectors.manifest import ShardError, join_path, load_manifest
+from lineage_data.connectors.schema import load as load_schema
+
+__all__ = ["committer", "reconcile", "roll_forward"]
+
+DATA_DIR = "data"  # Lance's own data folder
+FRAGMENTS_DIR = "_fragments"
+STAGED_EXTENSION = "arrows"  # the rows of a shard being written: an Arrow IPC stream
+_COMMIT_EVERY_S = 1.0
+
+
+def _lance() -> Any:
+    try:
+        import lance
+    except ImportError as exc:
+        raise ImportError(
+            "format='lance' needs pylance: pip install 'lineage-data[lance]'"
+        ) from exc
+    return lance
+
+
+class LanceStaging(ShardFile):
+    """The rows of one Lance shard, staged as an Arrow IPC stream (bounded memory, crash-safe)."""
+
+    def __init__(self, file: Any, schema: pa.Schema, options: dict[str, Any]) -> None:
+        super().__init__(file, schema, options)
+        self._writer = pa.ipc.new_stream(file, schema)
+
+    def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
+        self._writer.write_table(table, max_chunksize=row_group_rows)
+
+    def close(self) -> int:  # noqa: D102
+        return self._closed(self._writer)
+
+
+def check(fs: Any, path: str) -> None:
+    """Refuse what this format cannot do (before anything runs)."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    if not {"file", "local"} & set(protocols):
+        raise ShardError(f"format='lance' writes to a local directory, not {path}")
+    _lance()
+
+
+def write_fragment(fs: Any, path: str, staged: str) -> tuple[str, int]:
+    """Turn the staged rows into one uncommitted Lance fragment; its data file and size.
+
+    The data file is ``data/<name>.lance`` (relative to ``path``): what the manifest entry names.
+    Its metadata goes to ``_fragments/<name>.json`` before the caller writes the entry.
+    """
+    from lance.fragment import write_fragments
+
+    with fs.open(staged, "rb") as f:
+        reader = pa.ipc.open_stream(f)
+        if load_schema(fs, path) != reader.schema:
+            # another write task recorded the directory's schema first: this shard's rows were
+            # cut to another one, and Lance would refuse them (the task fails before its commit)
+            raise ShardError(f"shards at {path}: the dataset's schema changed under this shard")
+        fragments = write_fragments(
+            reader, path, schema=reader.schema, max_rows_per_file=1 << 62, max_rows_per_group=1024
+        )
+    if len(fragments) != 1 or len(fragments[0].files) != 1:
+        raise ShardError(f"shards at {path}: Lance wrote {len(fragments)} fragments for one shard")
+    (data,) = fragments[0].files
+    fs.makedirs(join_path(path, FRAGMENTS_DIR), exist_ok=True)
+    fs.pipe_file(_descriptor(path, data.path), json.dumps(fragments[0].to_json()).encode())
+    fs.rm(staged)
+    return f"{DATA_DIR}/{data.path}", int(data.file_size_bytes)
+
+
+def _descriptor(path: str, data_file: str) -> str:
+    """Where the metadata of the fragment whose data file is ``data_file`` lives."""
+    stem = data_file.rpartition("/")[2].removesuffix(".lance")
+    return join_path(path, FRAGMENTS_DIR, f"{stem}.json")
+
+
+def _open(path: str) -> Any:
+    """The latest Lance version at ``path`` (None before the first commit)."""
+    lance = _lance()
+    try:
+        return lance.dataset(path)
+    except ValueError:  # "Dataset at path ... was not found"
+        return None
+
+
+def _files(dataset: Any) -> set[str]:
+    """The data files (``data/<name>.lance``) one Lance version lists."""
+    return {
+        f"{DATA_DIR}/{file.path}" for fragment in dataset.get_fragments()
+        for file in fragment.data_files()
+    }
+
+
+def _every_version(dataset: Any) -> set[str]:
+    """The data files any Lance version still on disk lists."""
+    found: set[str] = set()
+    for version in dataset.versions():
+        found |= _files(dataset.checkout_version(version["version"]))
+    return found
+
+
+def roll_forward(fs: Any, path: str, *, known: set[str] | None = None, history: bool = False) -> set[str]:
+    """Append to Lance every manifest shard no Lance version lists, in one commit; none twice.
+
+    Args:
+        fs: The local fsspec filesystem.
+        path: The shard directory (the Lance dataset).
+        known: Data files already known to be committed (by this committer, in this run).
+        history: Also look at older Lance versions (after a compaction the latest lists other files).
+
+    Returns:
+        The data files known to be committed now (pass them back as ``known``).
+    """
+    lance = _lance()
+    shards = [e.file for e in load_manifest(fs, path).shards if e.file.startswith(f"{DATA_DIR}/")]
+    dataset = _open(path)
+    done = set(known or ()) | (_files(dataset) if dataset is not None else set())
+    # a listed file that is gone was committed and compacted away (a crash removes no listed file)
+    todo = [f for f in shards if f not in done and fs.exists(join_path(path, f))]
+    if todo and history and dataset is not None:
+        done |= _every_version(dataset)
+        todo = [f for f in todo if f not in done]
+    if not todo:
+        return done
+    fragments = [
+        lance.fragment.FragmentMetadata.from_json(fs.cat_file(_descriptor(path, f)).decode())
+        for f in todo
+    ]
+    if dataset is None:
+        schema = load_schema(fs, path)
+        operation: Any = lance.LanceOperation.Overwrite(schema, fragments)
+        lance.LanceDataset.commit(path, operation)
+    else:
+        operation = lance.LanceOperation.Append(fragments)
+        lance.LanceDataset.commit(path, operation, read_version=dataset.version)
+    return done | set(todo)
+
+
+def reconcile(fs: Any, path: str) -> None:
+    """Before a write: commit what the manifest holds and Lance lacks, remove uncommitted fragments.
+
+    Only while no writer runs on ``path``: a running writer's fragments are not committed yet.
+    """
+    roll_forward(fs, path, history=True)
+    listed = {e.file for e in load_manifest(fs, path).entries}
+    fs.invalidate_cache(path)
+    data = fs.glob(join_path(path, DATA_DIR, "*.lance"))
+    stray = [p for p in data if _relative(p) not in listed]
+    if stray:  # files of a Lance version we did not write (a compaction) are not ours to remove
+        dataset = _open(path)
+        live = _every_version(dataset) if dataset is not None else set()
+        for p in stray:
+            if _relative(p) not in live:
+                fs.rm(p)
+    for p in fs.glob(join_path(path, FRAGMENTS_DIR, "*.json")):
+        stem = p.rpartition("/")[2].removesuffix(".json")
+        if f"{DATA_DIR}/{stem}.lance" not in listed:
+            fs.rm(p)
+
+
+def _relative(p: str) -> str:
+    return f"{DATA_DIR}/{p.rpartition('/')[2]}"
+
+
+@contextlib.contextmanager
+def committer(fs: Any, path: str, interval_s: float = _COMMIT_EVERY_S) -> Iterator[None]:
+    """Reconcile, then roll Lance forward every ``interval_s`` while the block runs, and at its end.
+
+    The one Lance committer of a :func:`~lineage_data.connectors.shards.write_shards` call.
+    """
+    check(fs, path)
+    reconcile(fs, path)
+    stop = threading.Event()
+    known: set[str] = set()
+
+    def loop() -> None:
+        nonlocal known
+        while not stop.wait(interval_s):
+            # a failed pass is retried by the next one, and by the final pass, which raises
+            with contextlib.suppress(Exception):
+                known = roll_forward(fs, path, known=known)
+
+    thread = threading.Thread(target=loop, name="lance-committer", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        # the entries of this run are committed whether the run failed or not: Lance follows
+        roll_forward(fs, path, known=known)
