@@ -63,6 +63,7 @@ DATA_DIR = "data"  # Lance's own data folder
 FRAGMENTS_DIR = "_fragments"
 STAGED_EXTENSION = "arrows"  # the rows of a shard being written: an Arrow IPC stream
 _COMMIT_EVERY_S = 1.0
+_MOST_ROWS = (1 << 31) - 1
 
 
 def _lance() -> Any:
@@ -111,8 +112,13 @@ def write_fragment(fs: Any, path: str, staged: str) -> tuple[str, int]:
             # another write task recorded the directory's schema first: this shard's rows were
             # cut to another one, and Lance would refuse them (the task fails before its commit)
             raise ShardError(f"shards at {path}: the dataset's schema changed under this shard")
+        # one fragment per shard; Lance's row bound wraps above 2**32 (then every batch is a file)
         fragments = write_fragments(
-            reader, path, schema=reader.schema, max_rows_per_file=1 << 62, max_rows_per_group=1024
+            reader,
+            path,
+            schema=reader.schema,
+            max_rows_per_file=_MOST_ROWS,
+            max_rows_per_group=1024,
         )
     if len(fragments) != 1 or len(fragments[0].files) != 1:
         raise ShardError(f"shards at {path}: Lance wrote {len(fragments)} fragments for one shard")
@@ -120,7 +126,9 @@ def write_fragment(fs: Any, path: str, staged: str) -> tuple[str, int]:
     fs.makedirs(join_path(path, FRAGMENTS_DIR), exist_ok=True)
     fs.pipe_file(_descriptor(path, data.path), json.dumps(fragments[0].to_json()).encode())
     fs.rm(staged)
-    return f"{DATA_DIR}/{data.path}", int(data.file_size_bytes)
+    name = f"{DATA_DIR}/{data.path}"
+    size = data.file_size_bytes
+    return name, int(size) if size is not None else int(fs.size(join_path(path, name)))
 
 
 def _descriptor(path: str, data_file: str) -> str:
@@ -141,7 +149,8 @@ def _open(path: str) -> Any:
 def _files(dataset: Any) -> set[str]:
     """The data files (``data/<name>.lance``) one Lance version lists."""
     return {
-        f"{DATA_DIR}/{file.path}" for fragment in dataset.get_fragments()
+        f"{DATA_DIR}/{file.path}"
+        for fragment in dataset.get_fragments()
         for file in fragment.data_files()
     }
 
@@ -154,7 +163,9 @@ def _every_version(dataset: Any) -> set[str]:
     return found
 
 
-def roll_forward(fs: Any, path: str, *, known: set[str] | None = None, history: bool = False) -> set[str]:
+def roll_forward(
+    fs: Any, path: str, *, known: set[str] | None = None, history: bool = False
+) -> set[str]:
     """Append to Lance every manifest shard no Lance version lists, in one commit; none twice.
 
     Args:

@@ -110,6 +110,7 @@ def test_the_pdf_job_writes_each_format(outside):
     import gzip
     import json
 
+    import lance
     import webdataset as wds
 
     write_corpus(outside / "in", n_pdfs=3, seed=4, max_pages=4, mean_pages=2)
@@ -123,6 +124,9 @@ def test_the_pdf_job_writes_each_format(outside):
         with gzip.open(name, "rt") as f:
             docs += [json.loads(line) for line in f]
     assert len(docs) == 3 and all(d["text"] and d["source"] == str(outside / "in") for d in docs)
+    _job(outside, "pdf", str(outside / "in"), str(outside / "lance"), "--format", "lance")
+    table = lance.dataset(str(outside / "lance")).to_table()
+    assert table.num_rows == 3 and all(table["markdown"].to_pylist())
 
 
 def test_verbose_brings_rays_own_lines_back(outside):

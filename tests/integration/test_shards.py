@@ -211,6 +211,10 @@ def read_back(out, fmt):
         import pyarrow.dataset as pads
 
         return pads.dataset(str(out), format="parquet").to_table()[ld.ROOT].to_pylist()
+    if fmt == "lance":
+        import lance
+
+        return lance.dataset(str(out)).to_table()[ld.ROOT].to_pylist()
     if fmt == "jsonl":
         ids = []
         for name in out.glob("*.jsonl.gz"):
@@ -224,7 +228,7 @@ def read_back(out, fmt):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["parquet", "webdataset", "jsonl"])
+@pytest.mark.parametrize("fmt", ["parquet", "webdataset", "jsonl", "lance"])
 def test_resume_after_driver_killed_equals_clean_run(tmp_path, fmt):
     out = tmp_path / "shards"
     marker = f"killed-{os.getpid()}-{time.time()}"
@@ -265,6 +269,15 @@ def test_resume_after_driver_killed_equals_clean_run(tmp_path, fmt):
         assert by_root(read_shards(str(out)).to_pylist()) == by_root(
             read_shards(str(clean)).to_pylist()
         )
+    if fmt == "lance":
+        import lance
+
+        assert by_root(lance.dataset(str(out)).to_table().to_pylist()) == by_root(
+            read_shards(str(clean)).to_pylist()
+        )
+        # every fragment data file is one committed shard: nothing uncommitted is left
+        files = sorted(f"data/{p.name}" for p in (out / "data").glob("*.lance"))
+        assert files == sorted(e.file for e in read_manifest(str(out)).shards)
     columns = ["root", "outcome", "cause", "stage"]
     assert by_root(read_dead_letter(str(out)).select(columns).to_pylist(), "root") == by_root(
         read_dead_letter(str(clean)).select(columns).to_pylist(), "root"

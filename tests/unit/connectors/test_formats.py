@@ -92,7 +92,7 @@ def test_lance_shards_are_one_lance_dataset_once_rolled_forward(tmp_path):
     from lineage_data.connectors import lance_format
 
     fs = fsspec.filesystem("file")
-    entries = write(tmp_path, "lance")
+    entries = write(tmp_path, "lance", row_group_rows=1)  # a shard of two batches: one fragment
     assert [e.file.startswith("data/") and e.file.endswith(".lance") for e in entries] == [True] * 2
     assert not list(tmp_path.glob("_versions"))  # written and in the manifest, not in Lance yet
     lance_format.roll_forward(fs, str(tmp_path))
