@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         "--shard-interval", type=float, default=1.0, help="seconds (see write_shards)"
     )
     parser.add_argument(
-        "--format", choices=FORMATS, default="parquet", help="shard format (see write_shards)"
+        "--format",
+        choices=[f for f in FORMATS if f != "lance"],  # the demo writes to S3; Lance is local only
+        default="parquet",
+        help="shard format (see write_shards)",
     )
     parser.add_argument("--verbose", action="store_true", help="Ray's own log lines and bars")
     parser.add_argument("--seed", type=int, default=0)
