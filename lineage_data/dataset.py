@@ -20,7 +20,9 @@ from lineage_data._core.batching import rebatch
 from lineage_data._core.errors import LineageError, PlanError
 from lineage_data._core.guard import DEFAULT_MAX_CRASH_RETRIES
 from lineage_data._core.ledger import view
-from lineage_data._core.plan import MaterializedSource, Plan
+from lineage_data._core.physical import physical_plan
+from lineage_data._core.physical import source_blocks as physical_source
+from lineage_data._core.plan import MaterializedSource, Plan, RaySource
 from lineage_data._core.rolling import RollingPolicy
 from lineage_data._core.stages import (
     BATCH_FORMATS,
@@ -99,6 +101,9 @@ class LineageDataset:
         source items (id_column='doc') -> level 0
           [0] expand 'pages': level 0 -> 1
           [1] reduce 'docs': level 1 -> 0, on_child_failure=fail
+        physical plan: the Ray Data steps after the source
+          1. [0] expand 'pages': tasks; whole blocks; children in blocks of 1024 rows
+          2. [1] reduce 'docs': tasks; whole blocks; reports the terminal rows; output blocks in one piece
     """
 
     __slots__ = ("_kept", "_last_run", "_plan")
@@ -422,8 +427,20 @@ class LineageDataset:
 
     # -- inspection -----------------------------------------------------------------------------
     def explain(self) -> str:
-        """The lineage plan as text: levels, stages, carried columns. Needs no Ray."""
-        return self._plan.explain()
+        """The lineage plan as text: levels, stages, carried columns; then its Ray Data steps.
+
+        The steps are the physical plan the run lowers (:mod:`lineage_data._core.physical`): what
+        runs each stage, which reduces run in the actors before them, who cuts the batches. Needs
+        no Ray (but for a ``from_ray`` source, whose blocks Ray's plan knows).
+        """
+        plan = self._plan
+        if isinstance(plan.source, RaySource):  # Ray is loaded: the source is a Ray Dataset
+            from lineage_data._ray.lower import source_block_rows
+
+            rows = source_block_rows(plan)
+        else:
+            rows = physical_source.source_block_rows(plan)
+        return plan.explain() + "\n" + physical_plan(plan, source_block_rows=rows).explain()
 
     def __repr__(self) -> str:
         names = ", ".join(f"{s.kind.value}:{s.name}" for s in self._plan.stages)

@@ -16,7 +16,7 @@ from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK, TARGET_BLOCK_BYTES, row_bytes
 from lineage_data._core.errors import ContractError, PlanError, StageFailedError, describe
-from lineage_data._core.guard import Guard, unit_key
+from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Expand
@@ -27,7 +27,7 @@ __all__ = ["DEFAULT_ROWS_PER_BLOCK", "ExpandOp"]
 class ExpandOp:
     """Expands every PRESENT entity of the stage's level into children.
 
-    Children are emitted in blocks of ``rows_per_block`` rows (see :mod:`blocks`: one downstream batch)
+    Children are emitted in blocks of ``rows_per_block`` rows (see :mod:`.physical.block_rows`)
     or ``target_bytes`` bytes, whichever is reached first, as the function yields them, so one huge
     parent spreads over many downstream workers and many small parents share a block. After a
     parent's last child comes its *header*: the parent's columns (binary columns are released unless
@@ -44,7 +44,7 @@ class ExpandOp:
         *,
         rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
         target_bytes: int = TARGET_BLOCK_BYTES,
-        watchdog: bool = False,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self._stage = stage
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)

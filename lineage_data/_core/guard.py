@@ -15,8 +15,10 @@ its block and never fails a unit.
 A call that hangs (``timeout_s``): a watchdog thread records the timeout in the journal and ends
 the process, so Ray replaces it and retries; a block that timed out is isolated at once, and a unit
 that timed out ends FAILED with ``TimeoutError``. A hang inside native code that holds Python's lock
-cannot be seen by a Python thread, so :mod:`faulthandler`'s C-level watchdog ends the process a few
-seconds later as a backstop; that attempt is journaled as a crash.
+cannot be seen by a Python thread, so a C-level timer ends the process a few seconds later as a
+backstop; that attempt is journaled as a crash. Ending the process and the timer are the worker's
+(:class:`Watchdog` is given them: ``lineage_data._ray.worker``); without a watchdog no timeout is
+enforced.
 
 An actor that dies again and again before it finishes anything is isolated whatever the block
 journal says (:func:`born`): each life of a pool actor is journaled under the actor's id, which Ray
@@ -32,14 +34,13 @@ block runs *alone* in its process, and its end is journaled before the next one 
 hang is only ever pinned on the unit that was running, never on a neighbour. The watchdog keeps one
 deadline per thread.
 
-Ray-free, like all of ``_core``: the journal is whatever coordinator the operator talks to.
+Ray-free, like all of ``_core``: the journal is whatever coordinator the operator talks to, and the
+process is ended only through the watchdog's ``end``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,10 +53,7 @@ from lineage_data._core.outcomes import Status
 R = TypeVar("R")
 
 DEFAULT_MAX_CRASH_RETRIES = 2
-TIMEOUT_EXIT_CODE = 124  # the exit status of a process ended by the watchdog (as timeout(1))
-_BACKSTOP_S = (
-    10.0  # faulthandler ends a process this long after a deadline its Python thread missed
-)
+_BACKSTOP_S = 10.0  # the backstop ends a process this long after a deadline its thread missed
 
 
 _LIVES: dict[str, _Life] = {}  # this actor's life, by stage (see born)
@@ -203,15 +201,17 @@ class Guard:
         *,
         max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
         timeout_s: float | None = None,
-        watchdog: bool = False,
+        watchdog: Watchdog | None = None,
     ) -> None:
+        """``watchdog``: the process's, to enforce ``timeout_s`` (None: not enforced)."""
         self._stage = stage
         self._journal = journal
         # Without a journal (a client that keeps none) nothing is isolated, and no timeout is
         # enforced: its retry could then never end. A flat plan journals on each node (TypeStore).
         self._active = hasattr(journal, "attempt")
         self._max = max_crash_retries
-        self._timeout = timeout_s if watchdog and self._active else None
+        self._watchdog = watchdog if self._active else None
+        self._timeout = timeout_s if self._watchdog is not None else None
         self._limit = timeout_s
         self._ended: list[str] = []  # finished keys, reported with the next attempt
         self._block: str | None = None
@@ -223,7 +223,7 @@ class Guard:
         self._block_crashes = 0  # deaths of the current block before this attempt
 
     @classmethod
-    def of(cls, stage: Any, journal: Any, *, watchdog: bool) -> Guard:
+    def of(cls, stage: Any, journal: Any, *, watchdog: Watchdog | None) -> Guard:
         """The guard of ``stage`` (any :class:`~lineage_data._core.stages.Stage`), with its options."""
         return cls(
             stage.name,
@@ -372,26 +372,36 @@ class Guard:
 
     def tick(self) -> None:
         """Start the clock (again): a call, or an expansion's wait for its next child, from here."""
-        if self._timeout is not None:
+        if self._timeout is not None and self._watchdog is not None:
             key = self._current or ""
-            _WATCHDOG.arm(self._timeout, lambda: self._journal.hung(self._stage, key))
+            self._watchdog.arm(self._timeout, lambda: self._journal.hung(self._stage, key))
 
     def pause(self) -> None:
         """Stop the clock (an expansion hands a block downstream, where it may wait for room)."""
-        if self._timeout is not None:
-            _WATCHDOG.disarm()
+        if self._timeout is not None and self._watchdog is not None:
+            self._watchdog.disarm()
 
 
-class _Watchdog:
-    """One thread per process: ends the process when a deadline armed by any thread passes."""
+class Watchdog:
+    """One thread per process: ends the process when a deadline armed by any thread passes.
 
-    def __init__(self) -> None:
+    Given what ending the process means, by the worker that runs it (``lineage_data._ray.worker``
+    has the process's one watchdog): ``end()`` ends it now and does not return; ``backstop(s)``
+    sets a timer below Python that ends it in ``s`` seconds (one per process; ``None`` cancels it).
+    """
+
+    def __init__(
+        self, *, end: Callable[[], object], backstop: Callable[[float | None], object]
+    ) -> None:
+        self._end = end
+        self._set_backstop = backstop
         self._cond = threading.Condition()
         self._armed: dict[int, tuple[float, Callable[[], Any]]] = {}  # by thread id
         self._thread: threading.Thread | None = None
         self._backstop_at: float | None = None  # when faulthandler's timer fires (monotonic)
 
     def arm(self, seconds: float, on_expire: Callable[[], Any]) -> None:
+        """This thread's deadline: in ``seconds``, ``on_expire()`` then the end of the process."""
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -403,21 +413,22 @@ class _Watchdog:
             self._cond.notify()
 
     def disarm(self) -> None:
+        """This thread has no deadline."""
         with self._cond:
             self._armed.pop(threading.get_ident(), None)
             self._backstop()
 
     def _backstop(self) -> None:
-        """Faulthandler's one C-level timer, after the latest deadline (it is one per process).
+        """The process's one backstop timer, after the latest deadline.
 
-        Each arming starts a thread of faulthandler's, and an expansion ticks once per child: the
+        Each arming may start a thread (faulthandler's), and an expansion ticks once per child: the
         timer is set ``_BACKSTOP_S`` beyond what is needed and moved only when a deadline passes
         that, so it is set again about once every ``_BACKSTOP_S`` while children keep coming
         (it then fires between one and two ``_BACKSTOP_S`` after a deadline a native call missed).
         """
         if not self._armed:
             if self._backstop_at is not None:
-                faulthandler.cancel_dump_traceback_later()
+                self._set_backstop(None)
                 self._backstop_at = None
             return
         latest = max(deadline for deadline, _ in self._armed.values())
@@ -425,7 +436,7 @@ class _Watchdog:
             return  # the timer already fires late enough
         now = time.monotonic()
         self._backstop_at = latest + 2 * _BACKSTOP_S
-        faulthandler.dump_traceback_later(self._backstop_at - now, exit=True)
+        self._set_backstop(self._backstop_at - now)
 
     def _run(self) -> None:
         while True:
@@ -440,7 +451,4 @@ class _Watchdog:
             try:
                 on_expire()  # journal the timeout, so the retry fails the unit
             finally:
-                os._exit(TIMEOUT_EXIT_CODE)
-
-
-_WATCHDOG = _Watchdog()
+                self._end()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK, ExpandOp
+from lineage_data._core.guard import Watchdog
 from lineage_data._core.plan import Plan
 from lineage_data._core.reduce import ReduceOp
 from lineage_data._core.rowwise import RowStageOp
@@ -46,13 +47,14 @@ def build_op(
     *,
     rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
     holders: Any = None,
-    watchdog: bool = False,
+    watchdog: Watchdog | None = None,
     fn: Any = None,
 ) -> ExpandOp | RowStageOp | ReduceOp:
     """The operator for stage ``index`` of ``plan``, talking to ``coordinator``.
 
-    A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`). ``watchdog``: enforce
-    the stage's ``timeout_s`` by ending the process (in a Ray worker; see :mod:`guard`). ``fn``: a 1:1
+    A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`). ``watchdog``: the
+    process's, to enforce the stage's ``timeout_s`` by ending it (a Ray worker's; see :mod:`guard`;
+    None: not enforced). ``fn``: a 1:1
     stage's user callable, already built (shared by the operators of one actor's threads).
     """
     stage = plan.stages[index]

@@ -16,7 +16,7 @@ from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.errors import ContractError, FencingError, describe
 from lineage_data._core.failures import is_failure
-from lineage_data._core.guard import Guard, unit_key
+from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Reduce
@@ -161,7 +161,7 @@ class ReduceOp:
         holders: Any,
         carry: Sequence[str] = (),
         children_of: str | None = None,
-        watchdog: bool = False,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self._stage = stage
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)

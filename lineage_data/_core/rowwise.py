@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
-from lineage_data._core.guard import Guard, unit_key
+from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.stages import Filter, MapBatches, MapRows
 from lineage_data._core.state import Verdict
@@ -35,7 +35,7 @@ class RowStageOp:
         index: int,
         coordinator: Any,
         *,
-        watchdog: bool = False,
+        watchdog: Watchdog | None = None,
         fn: Callable[..., Any] | None = None,
     ) -> None:
         """``fn``: the user's callable already built (operators of one actor's threads share it)."""
@@ -50,7 +50,8 @@ class RowStageOp:
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._isolate: Callable[[int], str] | None = None  # a block's unit keys, while isolated
         fn = fn if fn is not None else stage.call.bind()
-        # A block of several of the stage's batches (a CPU function's, see _core.blocks) is one
+        # The operator honours batch_size on whatever block it gets: where Ray Data hands it whole
+        # blocks of several batches (the physical rule in _core.physical.batches), a block is one
         # hand-off and one commit (a source block: one pass over its lineage columns); the function
         # still gets ``batch_size`` rows at a time.
         self._batch_rows = stage.batch_size if isinstance(stage, MapBatches) else None

@@ -1,14 +1,15 @@
-"""Lowering a lineage plan to a ``ray.data.Dataset``: one Ray Data map step per stage, no shuffle.
+"""Lowering a lineage plan to a ``ray.data.Dataset``: one Ray Data map step per physical step.
 
-A reduce right after a 1:1 stage on a CPU actor pool runs in that stage's actors (see
-:func:`folds_into`); every other stage is a step of its own.
+What runs where (tasks or an actor pool, a reduce folded into the actors before it, who cuts the
+batches, block sizes, one piece) is decided by the rules of :mod:`lineage_data._core.physical`; this
+module translates their :class:`~lineage_data._core.physical.PhysicalPlan` to Ray Data calls, no
+shuffle.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -23,15 +24,16 @@ from ray.data import ActorPoolStrategy
 from ray.data._internal.util import get_compute_strategy
 
 from lineage_data._core import columns as C
-from lineage_data._core.blocks import accelerated, batches_per_block, cuts_source_blocks
-from lineage_data._core.blocks import rows_per_block as block_rows
 from lineage_data._core.errors import WorkerCrashedError
 from lineage_data._core.guard import born, set_concurrent
 from lineage_data._core.ops import build_op
+from lineage_data._core.physical import Batches, Runner, Step, physical_plan
+from lineage_data._core.physical import source_blocks as physical_source
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import column_ids, content_ids, ids_digest, with_lineage
-from lineage_data._core.stages import AnyStage, Expand, Filter, MapBatches, MapRows, Reduce
+from lineage_data._core.stages import AnyStage, Expand
 from lineage_data._core.terminal import TerminalOp
+from lineage_data._ray.worker import WATCHDOG
 
 try:  # Ray Data's context of the running map task (internal; the digest alone where it moved)
     from ray.data._internal.execution.interfaces.task_context import TaskContext as _TaskContext
@@ -46,9 +48,6 @@ R = TypeVar("R")
 
 # Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
 # small machine fractional-CPU tasks start many more worker processes and were 5x slower here.
-# from_items: at most this many source blocks (each is one ray.put on the driver), one row per block
-# for small inputs, so a few heavy parents (PDFs) still expand in parallel.
-MAX_SOURCE_BLOCKS = 64
 # A stage's step up to this size (pickled) travels inside its operator's closure, a bigger one by
 # reference (see _Shipped).
 MAX_INLINE_STEP_BYTES = 64 * 1024
@@ -58,8 +57,8 @@ MAX_INLINE_STEP_BYTES = 64 * 1024
 class _Step:
     """What a worker needs to run one stage.
 
-    For the last stage of a plan the terminal step is folded in: one Ray step fewer per block. ``then``:
-    the reduces that run in this stage's actors, after it (:func:`folds_into`).
+    Built from a physical :class:`~lineage_data._core.physical.Step`: ``terminal``, the step also
+    reports the terminal rows; ``then``, the reduces that run in this stage's actors, after it.
     """
 
     plan: Plan
@@ -69,7 +68,7 @@ class _Step:
     holders: Any = None
     terminal: bool = False
     keep_parents: bool = False  # the terminal step keeps the headers' parent rows
-    then: tuple[_Step, ...] = ()  # reduces folded into this step's actor (see folds_into)
+    then: tuple[_Step, ...] = ()  # reduces folded into this step's actor (_core.physical.fold)
 
     def build(self, fn: Any = None) -> Callable[[pa.Table], Any]:
         """The stage's operator; ``fn``: its 1:1 user callable, already built (see :meth:`bind`)."""
@@ -81,7 +80,7 @@ class _Step:
                 self.index,
                 client,
                 rows_per_block=self.rows_per_block,
-                watchdog=True,
+                watchdog=WATCHDOG,
                 fn=fn,
             )
         else:
@@ -94,7 +93,7 @@ class _Step:
                     client,
                     rows_per_block=self.rows_per_block,
                     holders=self.holders,
-                    watchdog=True,
+                    watchdog=WATCHDOG,
                 ),
             )
         if self.then:
@@ -140,28 +139,6 @@ def _chain(ops: list[Callable[[pa.Table], Any]]) -> Callable[[pa.Table], Any]:
         return batch
 
     return chained
-
-
-def folds_into(host: AnyStage, stage: AnyStage) -> bool:
-    """True when ``stage``, a reduce, runs in the actors of ``host``, the stage right before it.
-
-    Ray Data fuses a task step into the task step before it, never into an actor pool's: a reduce
-    after a model on a CPU actor pool would be a step of its own, one more task per block with its
-    launch, its input's trip through the object store, and its latency at the end of the run. On
-    CPU-bound OCR the plan ran at the floor without its two reduces and 4 % over it with them as
-    tasks; run in the recognizer's actors, they were 3 % faster than as tasks (bench/README,
-    "Reduces in the model's actor"). So a reduce the user gave no compute of its own (a function or
-    none: no strategy, no resources) runs in the actor of a 1:1 stage on CPUs, right after the
-    actor's call. Not after an actor on GPUs or custom resources: the accelerator would wait while
-    the reduce runs. The reduce keeps its own journal, policy and timeout; a timeout or a crash in
-    it ends the actor, which Ray restarts (its model is built again).
-    """
-    if not isinstance(stage, Reduce) or not isinstance(host, MapBatches | MapRows | Filter):
-        return False
-    own = stage.compute
-    if stage.call.is_class or own.describe() or own.ray_remote_args:
-        return False
-    return isinstance(compute_strategy(host), ActorPoolStrategy) and not accelerated(host.compute)
 
 
 def _constructing(stage: AnyStage, client: Any, make: Callable[[], R]) -> R:
@@ -257,22 +234,6 @@ def _actor_class(shipped: _Shipped, generator: bool, threads: int = 1) -> type:
     return StageActor
 
 
-def batches_in_flight(stage: AnyStage, compute: Any) -> int:
-    """How many batches one actor of ``stage`` runs at once, by Ray Data's own rule.
-
-    ``ActorPoolStrategy(max_concurrent_calls_per_actor=k)`` runs k calls of an actor at once when its
-    ``__call__`` is a coroutine function, or when ``enable_true_multi_threading=True``; otherwise
-    one at a time. Only a 1:1 stage (``map_batches``, ``map``, ``filter``) runs several at once here:
-    an expansion or a reduce holds per-actor order, so it always runs one.
-    """
-    k = getattr(compute, "max_concurrent_calls_per_actor", None) or 1
-    if k <= 1 or not isinstance(stage, MapBatches | MapRows | Filter):
-        return 1
-    call = inspect.getattr_static(stage.call.fn, "__call__", None) if stage.call.is_class else None
-    is_async = inspect.iscoroutinefunction(call)
-    return k if is_async or compute.enable_true_multi_threading else 1
-
-
 def _threaded(compute: Any, threads: int) -> Any:
     """``compute`` for our (synchronous) actor class: true threads when ``threads`` > 1, else none."""
     if compute.enable_true_multi_threading == (threads > 1):
@@ -339,30 +300,23 @@ def _no_fn(batch: Any) -> Any:  # a reduce without fn runs as a function does
     return batch
 
 
-def lower_stage(
-    ds: ray.data.Dataset, step: _Step, shipped: _Shipped, *, whole_blocks: bool = False
-) -> Any:
-    """Append one stage to ``ds``: the user's strategy and resources, our operator inside.
-
-    ``whole_blocks``: the operator gets whole blocks and cuts the function's batches itself.
-    """
+def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped, planned: Step) -> Any:
+    """Append one physical step to ``ds``: the user's strategy and resources, our operator inside."""
     stage = step.plan.stages[step.index]
     generator = isinstance(stage, Expand)
     compute = compute_strategy(stage)
     actors = isinstance(compute, ActorPoolStrategy)
+    if actors != (planned.runner is Runner.POOL):
+        raise AssertionError(  # _core.physical.runner restates Ray's rule: it must still agree
+            f"stage {stage.name!r}: Ray Data runs it with {type(compute).__name__}, the physical "
+            f"plan on {planned.runner.value}"
+        )
     if actors:
-        threads = batches_in_flight(stage, compute)
-        compute = _threaded(compute, threads)
-        fn: Any = _actor_class(shipped, generator, threads)
+        compute = _threaded(compute, planned.threads)
+        fn: Any = _actor_class(shipped, generator, planned.threads)
     else:
         fn = _task_fn(shipped, generator)
-    # A reduce takes whole blocks: each reduces the parents its block completes; partial groups
-    # wait in the plan's hash-partitioned holder actors.
-    batch_size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
-    if isinstance(stage, MapBatches) and stage.level > 0 and batches_per_block(stage) > 1:
-        whole_blocks = True  # one hand-off and commit per block
-    if whole_blocks:
-        batch_size = None  # the operator cuts the batches
+    batch_size = planned.batch_size if planned.batches is Batches.RAY else None
     # Ray's public map_batches refuses GPUs without a batch size; Ray's own row verbs (map, filter,
     # flat_map) go through map_batches_internal, which does not. map_batches checked it at plan time.
     ds = ds.map_batches_internal(
@@ -381,23 +335,16 @@ def lower_stage(
 
 
 def in_one_piece(ds: ray.data.Dataset, stage: AnyStage) -> ray.data.Dataset:
-    """``ds`` (whose last step runs ``stage``) with each output block's columns in one chunk each.
+    """``ds`` (whose last step runs ``stage`` as tasks) with each output block in one chunk a column.
 
-    Ray Data builds a task's output block from the batches it returned: every column is chunked once
-    per batch, and Ray's Arrow serializer pays Python work per chunk of every column (~30 us each,
-    measured). A block of five 1,024-row batches with the lineage columns took 2.0 ms to serialize,
-    0.56 ms in one piece. The step is fused into the stage's own task (same strategy, same
-    resources), so it adds no task and no copy through the object store. Steps Ray would not fuse (an
-    actor pool; an expansion, whose blocks are re-cut after it) are left alone.
+    Fused by Ray into the stage's own task: the same strategy and resources (see
+    :mod:`lineage_data._core.physical.one_piece`).
     """
-    compute = compute_strategy(stage)
-    if isinstance(compute, ActorPoolStrategy) or isinstance(stage, Expand):
-        return ds
     return ds.map_batches_internal(
         one_piece,
         batch_format="pyarrow",
         batch_size=None,
-        compute=compute,
+        compute=compute_strategy(stage),
         zero_copy_batch=True,
         **stage.compute.resources(),
     )
@@ -449,34 +396,22 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
 
 def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
     table = src.rows(plan.select(src.roots))  # from_items converted the rows, checked their roots
-    per_block = _items_per_block(table.num_rows)
+    per_block = physical_source.items_per_block(table.num_rows)
     tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
     # Not from_arrow: it asks a remote task per table for the metadata the driver has in hand (64
     # tasks, 0.27 s before the first row of every run; 0.9 s while the workers start, measured).
     return ray.data.from_blocks(tables or [C.empty()])
 
 
-def _items_per_block(rows: int) -> int:
-    return max(1, -(-rows // MAX_SOURCE_BLOCKS))
-
-
 def source_block_rows(plan: Plan) -> int:
     """Rows in the smallest level-0 block, where known exactly before the run; 0 when not.
 
-    Items: this module's own cut. A Ray Dataset held in memory (``from_items``, ``from_arrow``,
-    a materialized one): the block metadata Ray keeps in its plan (nothing runs), unless a block is
-    over Ray's target block size (Ray may split it as it passes) or the plan cuts its rows (a limit,
-    a repair pass). A lazy read (its blocks are known only as they come), files, and the runs this
-    library materializes (``MaterializedSource``): 0.
+    As :func:`lineage_data._core.physical.source_blocks.source_block_rows`, where a Ray Dataset held
+    in memory (``from_items``, ``from_arrow``, a materialized one) tells from the block metadata Ray
+    keeps in its plan (nothing runs), unless a block is over Ray's target block size (Ray may split
+    it as it passes). A lazy read (its blocks are known only as they come): 0.
     """
-    restricted = plan.exclude or plan.only is not None or plan.limit is not None
-    match plan.source:
-        case ItemsSource() as src:
-            roots = src.roots or ()
-            return _items_per_block(len(plan.select(roots)) if restricted else len(roots))
-        case RaySource() as src if not restricted:
-            return _in_memory_block_rows(src.dataset)
-    return 0
+    return physical_source.source_block_rows(plan, _in_memory_block_rows)
 
 
 def _in_memory_block_rows(ds: ray.data.Dataset) -> int:
@@ -574,30 +509,34 @@ def lower(
     """
     ds = source_dataset(plan, client)
     ds.context.raise_original_map_exception = True
+    physical = physical_plan(
+        plan,
+        source_block_rows=source_block_rows(plan),
+        rows_per_block=rows_per_block,
+        keep_parents=keep_parents,
+    )
     shipped = plan.for_workers()  # stage closures must not carry the source rows to every task
-    last = len(plan.stages) - 1
-    sourced = source_block_rows(plan)
 
-    def step(index: int, then: tuple[_Step, ...] = ()) -> _Step:
-        rows = rows_per_block or block_rows(plan, index)  # one downstream batch (see _core.blocks)
-        terminal = index == last and not then
+    def worker_step(planned: Step) -> _Step:
+        then = tuple(worker_step(folded) for folded in planned.then)
         return _Step(
-            shipped, index, client, rows, holder_sets.get(index), terminal, keep_parents, then
+            shipped,
+            planned.index,
+            client,
+            planned.rows_per_block,
+            holders=holder_sets.get(planned.index),
+            terminal=planned.terminal,
+            keep_parents=physical.keep_parents,
+            then=then,
         )
 
-    index = plan.done
-    host = None
-    while index < len(plan.stages):
-        host = plan.stages[index]
-        folded = index + 1
-        while folded <= last and folds_into(host, plan.stages[folded]):
-            folded += 1
-        lowered = step(index, tuple(step(i) for i in range(index + 1, folded)))
-        whole = cuts_source_blocks(plan, index, sourced)
-        ds = lower_stage(ds, lowered, _Shipped(lowered), whole_blocks=whole)
-        index = folded
-    if host is not None:
-        return in_one_piece(ds, host)
+    for planned in physical.steps:
+        step = worker_step(planned)
+        ds = lower_stage(ds, step, _Shipped(step), planned)
+        if planned.one_piece:
+            ds = in_one_piece(ds, plan.stages[planned.index])
+    if physical.steps:
+        return ds
     end = TerminalOp(plan.level, keep_parents=keep_parents)
 
     def terminal(batch: pa.Table) -> pa.Table:

@@ -35,7 +35,7 @@ FAST_NODE_DEATH = {
 
 
 # The reduce as tasks of its own (as after a GPU pool): without arguments it runs in the map's two
-# actors (lineage_data._ray.lower.folds_into), and a worker node that got neither actor would run
+# actors (lineage_data._core.physical.fold), and a worker node that got neither actor would run
 # no work of the pipeline after the first row. A dead actor with a folded reduce in it is covered by
 # test_fault_workers.py (its random kills hit the map's actors).
 REDUCE_ARGS = {"num_cpus": 1}

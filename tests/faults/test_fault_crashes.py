@@ -19,7 +19,7 @@ import pytest
 from reference import by_root, status
 
 import lineage_data as ld
-from lineage_data._ray.lower import folds_into
+from lineage_data._core.physical.fold import folds_into
 
 BAD = "d03"
 

@@ -21,7 +21,7 @@ import ray
 from reference import by_root, status
 
 import lineage_data as ld
-from lineage_data._ray.lower import folds_into
+from lineage_data._core.physical.fold import folds_into
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 

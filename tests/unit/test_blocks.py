@@ -5,14 +5,10 @@ import pytest
 
 import lineage_data as ld
 from lineage_data._core import columns as C
-from lineage_data._core.blocks import (
-    DEFAULT_ROWS_PER_BLOCK,
-    WIDE_ROWS_PER_BLOCK,
-    cuts_source_blocks,
-    row_bytes,
-    rows_per_block,
-)
+from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK, WIDE_ROWS_PER_BLOCK, row_bytes
 from lineage_data._core.expand import ExpandOp
+from lineage_data._core.physical.batches import cuts_source_blocks
+from lineage_data._core.physical.block_rows import rows_per_block
 from lineage_data._core.source import with_lineage
 from lineage_data._core.state import LineageState
 

@@ -10,6 +10,7 @@ import pytest
         "lineage_data",
         "lineage_data._core",
         "lineage_data._core.local",
+        "lineage_data._core.physical",
         "lineage_data.connectors.pdf",
         "lineage_data.connectors.video",
         "lineage_data.connectors.testing",

@@ -1,0 +1,73 @@
+"""Rule: what runs each stage (Ray tasks or an actor pool), and how many batches an actor takes at once.
+
+Decides :attr:`Step.runner` and :attr:`Step.threads` from the stage's callable and its ``compute``.
+Ray Data's own rule (``get_compute_strategy``), restated without Ray: a callable class runs on an
+actor pool, a function (or a reduce without one) as tasks, whatever ``compute``/``concurrency`` say
+(:meth:`Compute.check <lineage_data._core.stages.Compute.check>` refuses the combinations Ray
+refuses). The lowering asks Ray for the strategy object itself and checks that they agree.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+
+from lineage_data._core.physical.steps import PhysicalPlan, Runner
+from lineage_data._core.stages import AnyStage, Compute, Filter, MapBatches, MapRows
+
+
+def runner(stage: AnyStage) -> Runner:
+    """An actor pool for a callable class, tasks for anything else."""
+    return Runner.POOL if stage.call.is_class else Runner.TASKS
+
+
+def accelerated(compute: Compute) -> bool:
+    """True when a stage asks for GPUs, custom resources or an accelerator type."""
+    return bool(
+        compute.num_gpus or {"resources", "accelerator_type"} & set(compute.ray_remote_args)
+    )
+
+
+def cpu_function(stage: AnyStage) -> bool:
+    """True for a function on CPUs: not a class (an actor pool), no GPUs, no custom resources."""
+    return not (stage.call.is_class or accelerated(stage.compute))
+
+
+def batches_in_flight(stage: AnyStage) -> int:
+    """How many batches one actor of ``stage`` runs at once, by Ray Data's own rule.
+
+    ``ActorPoolStrategy(max_concurrent_calls_per_actor=k)`` runs k calls of an actor at once when its
+    ``__call__`` is a coroutine function, or when ``enable_true_multi_threading=True``; otherwise
+    one at a time (and so does the pool Ray builds without a strategy). Only a 1:1 stage
+    (``map_batches``, ``map``, ``filter``) runs several at once here: an expansion or a reduce holds
+    per-actor order, so it always runs one. Tasks run one each.
+    """
+    strategy = stage.compute.strategy
+    k = getattr(strategy, "max_concurrent_calls_per_actor", None) or 1
+    if (
+        k <= 1
+        or runner(stage) is Runner.TASKS
+        or not isinstance(stage, MapBatches | MapRows | Filter)
+    ):
+        return 1
+    call = inspect.getattr_static(stage.call.fn, "__call__", None)
+    is_async = inspect.iscoroutinefunction(call)
+    return k if is_async or getattr(strategy, "enable_true_multi_threading", False) else 1
+
+
+class ChooseRunner:
+    """Every step: :func:`runner` and :func:`batches_in_flight` of its stage."""
+
+    def apply(self, physical: PhysicalPlan) -> PhysicalPlan:
+        """Set each step's runner and threads."""
+        stages = physical.plan.stages
+        return physical.with_steps(
+            tuple(
+                replace(
+                    step,
+                    runner=runner(stages[step.index]),
+                    threads=batches_in_flight(stages[step.index]),
+                )
+                for step in physical.steps
+            )
+        )

@@ -1,0 +1,32 @@
+"""What the stages' watchdog does to the Ray worker process it runs in (see :mod:`lineage_data._core.guard`).
+
+A call past its ``timeout_s`` ends its process (Ray replaces it and retries the block, which the
+journal then isolates); a hang in native code that holds Python's lock is ended by faulthandler's
+C-level timer, the backstop. Every worker process has its one :data:`WATCHDOG`, given to the
+operators the lowering builds.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+from typing import NoReturn
+
+from lineage_data._core.guard import Watchdog
+
+TIMEOUT_EXIT_CODE = 124  # the exit status of a process ended by the watchdog (as timeout(1))
+
+
+def _end() -> NoReturn:
+    os._exit(TIMEOUT_EXIT_CODE)
+
+
+def _backstop(seconds: float | None) -> None:
+    """Faulthandler's timer (one per process): end the process in ``seconds``; None cancels it."""
+    if seconds is None:
+        faulthandler.cancel_dump_traceback_later()
+    else:
+        faulthandler.dump_traceback_later(seconds, exit=True)
+
+
+WATCHDOG = Watchdog(end=_end, backstop=_backstop)
