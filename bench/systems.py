@@ -225,7 +225,7 @@ def _expanded(job: Job) -> Any:
 
     ds: Any = ray.data.from_items(job.corpus)
     ds = ds.flat_map(expand_children, fn_kwargs={"cost": job.cost.as_dict()})
-    # one GPU batch per block, as lineage_data sizes the blocks after an expansion (_core.blocks)
+    # one GPU batch per block, as lineage_data sizes the blocks after an expansion (_core.physical.block_rows)
     return ds.repartition(target_num_rows_per_block=job.cost.batch_size)
 
 
