@@ -48,7 +48,7 @@ class TypeStore:
         then a put that never overwrites for each column nobody established yet.
         """
         keys = {column: _SEP.join((self._run_id, stage, column)).encode() for column in types}
-        known = kv_multi_get(list(keys.values()), _NAMESPACE)
+        known = _read_all(list(keys.values()))
         out = {}
         for column, token in types.items():
             key = keys[column]
@@ -81,6 +81,11 @@ class TypeStore:
         """Forget the run's types and this node's journal (its pass is over)."""
         shutil.rmtree(_journal_dir(self._run_id), ignore_errors=True)
         kv_delete_prefix(self._run_id + _SEP, _NAMESPACE)
+
+
+def _read_all(keys: list[bytes]) -> dict[bytes, bytes]:
+    """The values of those ``keys`` that have one, in one call to the GCS."""
+    return kv_multi_get(keys, _NAMESPACE)
 
 
 # -- the crash journal of a flat plan ------------------------------------------------------------
