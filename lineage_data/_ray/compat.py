@@ -521,4 +521,3 @@ def first_line(exc: BaseException) -> str:
     """The first line of Ray's message of ``exc``, or its type's name when it has none."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
