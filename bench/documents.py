@@ -124,11 +124,9 @@ class StoreSampler(threading.Thread):
 
     @staticmethod
     def _stats() -> tuple[int, int]:
-        from ray._private import state
-        from ray._private.internal_api import get_memory_info_reply
+        from lineage_data._ray.compat import object_store_stats
 
-        stats = get_memory_info_reply(state.state).store_stats
-        return int(stats.object_store_bytes_used), int(stats.spilled_bytes_total)
+        return object_store_stats()
 
     def run(self) -> None:
         while not self._stop_event.is_set():

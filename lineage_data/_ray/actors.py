@@ -23,6 +23,7 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from lineage_data._core.errors import HelperLostError, LineageError
+from lineage_data._ray.compat import actor_ready
 
 
 def helper_timeout_s() -> float:
@@ -248,7 +249,7 @@ def kill_all(helpers: Sequence[Helper]) -> None:
             return
     if not handles:
         return
-    ray.wait([h.__ray_ready__.remote() for h in handles], num_returns=len(handles), timeout=5)
+    ray.wait([actor_ready(h) for h in handles], num_returns=len(handles), timeout=5)
     for handle in handles:
         try:
             ray.kill(handle, no_restart=True)

@@ -80,6 +80,6 @@ class WithColumn:
 
 def _evaluate(expr: Any, batch: pa.Table) -> Any:
     """A Ray Data expression's values over ``batch`` (Ray's own evaluator)."""
-    from ray.data._internal.planner.plan_expression.expression_evaluator import eval_expr
+    from lineage_data._ray.compat import eval_expression
 
-    return eval_expr(expr, batch)
+    return eval_expression(expr, batch)

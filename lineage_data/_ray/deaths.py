@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import ray
 
+from lineage_data._ray.compat import node_logs_dir, workers_killed_for_memory
+
 _FATAL = re.compile(rb"Fatal Python error: ([^\n]{1,80})")
 _TAIL_BYTES = 64 * 1024  # the end of a worker's log holds its last words
 _OUT_OF_MEMORY = "killed by Ray's memory monitor: the node ran out of memory"
@@ -41,11 +43,11 @@ def why_died(workers: Sequence[str]) -> str | None:
     if not workers:
         return None
     try:
-        exits = _exits(set(workers))
+        oom = workers_killed_for_memory(set(workers))
     except Exception:  # noqa: BLE001 - a cause is a courtesy: never fail the input over it
-        exits = {}
+        oom = set()
     for worker in reversed(workers):
-        if exits.get(worker) == "oom":
+        if worker in oom:
             return _OUT_OF_MEMORY
         said = _last_words(worker)
         if said is not None:
@@ -53,28 +55,9 @@ def why_died(workers: Sequence[str]) -> str | None:
     return None
 
 
-def _exits(workers: set[str]) -> dict[str, str]:
-    """``"oom"`` for those of ``workers`` the GCS says Ray's memory monitor killed."""
-    from ray._private import state
-    from ray.core.generated import common_pb2, gcs_pb2
-
-    oom = common_pb2.WorkerExitType.Value("NODE_OUT_OF_MEMORY")  # type: ignore[attr-defined]
-    out = {}
-    for raw in state.state._connect_and_get_accessor().get_worker_table():
-        data = gcs_pb2.WorkerTableData.FromString(raw)  # type: ignore[attr-defined]
-        worker = data.worker_address.worker_id.hex()
-        if worker in workers and not data.is_alive and data.exit_type == oom:
-            out[worker] = "oom"
-    return out
-
-
 def _last_words(worker: str) -> str | None:
     """The fatal error faulthandler wrote to the worker's log on this node, if it is here."""
-    node = getattr(ray._private.worker.global_worker, "node", None)
-    try:
-        logs = node.get_logs_dir_path() if node is not None else None
-    except Exception:  # noqa: BLE001 - not in a Ray process with a node: nothing to read
-        logs = None
+    logs = node_logs_dir()
     if logs is None:
         return None
     for path in glob.glob(os.path.join(logs, f"worker-{glob.escape(worker)}-*.err")):

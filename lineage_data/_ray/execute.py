@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, assert_never
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
-import ray.exceptions
 
 from lineage_data._core import columns as C
 from lineage_data._core.errors import AccountingError, ExecutionError, LineageError, UserCodeError
@@ -27,6 +25,7 @@ from lineage_data._core.plan import MaterializedSource, Plan, RaySource
 from lineage_data._core.rolling import RollingPolicy
 from lineage_data._core.stages import Reduce
 from lineage_data._core.state import derived_counts
+from lineage_data._ray import compat
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
 from lineage_data._ray.holders import HolderSet, start_holders
@@ -38,9 +37,6 @@ from lineage_data._ray.typestore import TypeStore
 from lineage_data.report import RunReport
 
 logger = logging.getLogger("lineage_data")
-
-# "SomeError: message" as the last line of a Python traceback
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(: .*)?$")
 
 
 def ensure_ray(address: str | None = None, **init_kwargs: Any) -> None:
@@ -326,7 +322,7 @@ class Execution:
                 self._writing = current
                 sink = AccountedSink(datasink, level, keep_lineage=keep_lineage, progress=progress)
                 rolled = RolledWrite(sink, policy, lambda r: self._take_written(r[1], r[2]))
-                rolled.stream(current.dataset.iter_internal_ref_bundles(), check=self._check)
+                rolled.stream(compat.output_blocks(current.dataset), check=self._check)
                 rolled.finish()
                 results += rolled.results
             extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
@@ -431,31 +427,27 @@ class Execution:
 
     def _raise(self, exc: BaseException) -> None:
         """Re-raise ``exc`` as the consumer should see it: ours as themselves, Ray's as ExecutionError."""
-        cause = getattr(exc, "cause", None)
-        if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, LineageError):
-            raise cause from None  # one of ours, raised in a worker: as itself, not in Ray's wrapper
-        if _is_ray_error(exc):
-            raise self._translate(exc) from exc
-        raise exc
+        failure = compat.classify(exc)
+        match failure:
+            case compat.Failure.OURS:
+                # one of ours, raised in a worker: as itself, not in Ray's wrapper
+                raise exc.cause from None  # type: ignore[attr-defined]
+            case compat.Failure.OTHER:
+                raise exc
+            case compat.Failure.CONSTRUCTOR | compat.Failure.RAY:
+                raise self._translate(exc, failure) from exc
+            case _:
+                assert_never(failure)
 
-    def _translate(self, exc: BaseException) -> BaseException:
+    def _translate(self, exc: BaseException, failure: compat.Failure) -> BaseException:
         """A Ray failure outside user code as an :class:`ExecutionError` naming the stage."""
-        text = str(exc)
-        stage = next(
-            (
-                s.name
-                for s in reversed(self._plan.stages)
-                if f"({s.name})" in text or f"_{s.name}" in text
-            ),
-            None,
-        )
+        stage = compat.stage_named(exc, [s.name for s in self._plan.stages])
         where = f"stage {stage!r}" if stage else "the lineage run"
-        if "creation task" in text:
+        if failure is compat.Failure.CONSTRUCTOR:
             # The user's constructor raised (Ray reports it as the death of the stage's actor).
-            raised = [ln.strip() for ln in text.splitlines() if _EXCEPTION_LINE.match(ln.strip())]
-            what = raised[-1] if raised else text.strip().splitlines()[0]
+            what = compat.constructor_raised(exc)
             return UserCodeError(f"{where}: the constructor of its callable class raised: {what}")
-        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        first = compat.first_line(exc)
         return ExecutionError(f"{where} failed outside user code: {type(exc).__name__}: {first}")
 
     def finish(self) -> RunReport:
@@ -523,8 +515,6 @@ def detached_dataset(plan: Plan) -> Any:
     """
     import weakref
 
-    from ray.data._internal.execution.execution_callback import ExecutionCallback
-
     ensure_ray()
     current = _Pass(plan, Supervisor(), ledger=False)
     helpers, client = list(current.helpers), current.client
@@ -535,26 +525,16 @@ def detached_dataset(plan: Plan) -> Any:
             state["stopped"] = True
             stop_helpers(helpers, client)
 
-    class HelperLifetime(ExecutionCallback):
-        def before_execution_starts(self, executor: Any) -> None:
-            state["runs"] += 1
-            if state["stopped"]:
-                raise LineageError(
-                    "a dataset from LineageDataset.to_ray() executes once (its lineage helpers are "
-                    "gone after the first execution): call to_ray() again"
-                )
-
-        def after_execution_succeeds(self, executor: Any) -> None:
-            stop()
-
-        def after_execution_fails(self, executor: Any, error: Exception) -> None:
-            stop()
+    def before_execution_starts() -> None:
+        state["runs"] += 1
+        if state["stopped"]:
+            raise LineageError(
+                "a dataset from LineageDataset.to_ray() executes once (its lineage helpers are "
+                "gone after the first execution): call to_ray() again"
+            )
 
     ds = current.dataset
-    ds.context.custom_execution_callback_classes = [
-        *ds.context.custom_execution_callback_classes,
-        HelperLifetime,
-    ]
+    compat.on_execution_end(ds, before_execution_starts, stop)
     ds = ds.map_batches(C.public, batch_format="pyarrow", batch_size=None)
     weakref.finalize(ds, stop_helpers, helpers, client)
     return ds
@@ -576,11 +556,8 @@ MAX_RESERVED_ROOTS = 4_000_000
 def _source_rows(plan: Plan) -> int:
     """The rows a Ray Dataset source will give, where Ray knows without running it (0: unknown)."""
     assert isinstance(plan.source, RaySource)
-    try:  # Ray's own count from block metadata (private; it never executes anything)
-        rows = plan.source.dataset._meta_count()
-    except Exception:  # noqa: BLE001 - a sizing hint only: another Ray version may lack it
-        return 0
-    if not isinstance(rows, int):
+    rows = compat.known_row_count(plan.source.dataset)  # from block metadata: nothing runs
+    if rows is None:  # unknown, or another Ray version
         return 0
     if plan.limit is not None:
         rows = min(rows, plan.limit)
@@ -591,14 +568,3 @@ def _known_roots(plan: Plan) -> list[str]:
     """The roots a plan's source names before it runs (none for a Ray Dataset source)."""
     roots = plan.source.roots or ()
     return [roots[i] for i in plan.select(roots)]
-
-
-def _is_ray_error(exc: BaseException) -> bool:
-    """True for a failure of Ray itself (not a user exception, not one of ours)."""
-    if isinstance(exc, LineageError) or not isinstance(exc, Exception):
-        return False
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        # A task failed: with raise_original_map_exception the user's own error arrives unwrapped, so
-        # a RayTaskError here wraps a system failure (an actor that died, an unpicklable error).
-        return True
-    return isinstance(exc, ray.exceptions.RayError) or type(exc).__module__.startswith("ray.")

@@ -8,7 +8,6 @@ shuffle.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import threading
 from collections import OrderedDict
@@ -21,7 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 from ray.data import ActorPoolStrategy
-from ray.data._internal.util import get_compute_strategy
 
 from lineage_data._core import columns as C
 from lineage_data._core.errors import WorkerCrashedError
@@ -33,16 +31,8 @@ from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource
 from lineage_data._core.source import column_ids, content_ids, ids_digest, with_lineage
 from lineage_data._core.stages import AnyStage, Expand
 from lineage_data._core.terminal import TerminalOp
+from lineage_data._ray import compat
 from lineage_data._ray.worker import WATCHDOG
-
-try:  # Ray Data's context of the running map task (internal; the digest alone where it moved)
-    from ray.data._internal.execution.interfaces.task_context import TaskContext as _TaskContext
-except ImportError:  # pragma: no cover - another Ray version
-    _TaskContext = None  # type: ignore[assignment,misc]
-try:  # Ray's combine also joins its extension (tensor) columns; pyarrow's where it moved
-    from ray.data._internal.arrow_ops.transform_pyarrow import combine_chunks as _combine_extension
-except ImportError:  # pragma: no cover - another Ray version
-    _combine_extension = pa.Table.combine_chunks
 
 R = TypeVar("R")
 
@@ -238,8 +228,7 @@ def _threaded(compute: Any, threads: int) -> Any:
     """``compute`` for our (synchronous) actor class: true threads when ``threads`` > 1, else none."""
     if compute.enable_true_multi_threading == (threads > 1):
         return compute
-    compute = copy.copy(compute)
-    compute._enable_true_multi_threading = threads > 1
+    compute = compat.with_true_threads(compute, threads > 1)
     if threads > 1 and (compute.max_tasks_in_flight_per_actor or 0) < threads:
         compute.max_tasks_in_flight_per_actor = max(
             threads, ray.data.DataContext.get_current().max_tasks_in_flight_per_actor or 0
@@ -283,16 +272,16 @@ def _task_fn(shipped: _Shipped, generator: bool) -> Any:
 def compute_strategy(stage: AnyStage) -> Any:
     """The strategy Ray Data itself would choose for the user's ``fn`` and arguments.
 
-    Ray's own rule (``ray.data._internal.util.get_compute_strategy``): ``compute`` as given, else
+    Ray's own rule (:func:`compat.compute_strategy`): ``compute`` as given, else
     ``concurrency`` (an int: tasks for a function, a fixed actor pool for a class; a tuple: an
     autoscaling pool), else tasks for a function and an autoscaling actor pool for a class.
     """
     call, compute = stage.call, stage.compute
-    return get_compute_strategy(
+    return compat.compute_strategy(
         call.fn if call.fn is not None else _no_fn,
-        fn_constructor_args=call.constructor_args or None,
-        compute=compute.strategy,
-        concurrency=compute.concurrency,  # type: ignore[arg-type]
+        call.constructor_args or None,
+        compute.strategy,
+        compute.concurrency,
     )
 
 
@@ -363,7 +352,7 @@ def one_piece(table: pa.Table) -> pa.Table:
     if chunks <= table.num_columns or table.nbytes > _MAX_BYTES_PER_CHUNK * chunks:
         return table
     if any(isinstance(kind, pa.ExtensionType) for kind in table.schema.types):
-        return _combine_extension(table)
+        return compat.combine_chunks(table)  # Ray's joins its extension (tensor) columns too
     return table.combine_chunks()  # ten times faster than Ray's, which goes column by column
 
 
@@ -415,12 +404,10 @@ def source_block_rows(plan: Plan) -> int:
 
 
 def _in_memory_block_rows(ds: ray.data.Dataset) -> int:
-    try:  # Ray's private plan; another Ray version may lack it (a sizing hint only)
-        bundles = getattr(ds._logical_plan.dag, "input_data", None) or ()
-        blocks = [meta for bundle in bundles for meta in bundle.metadata]
-        limit = ds.context.target_max_block_size
-    except AttributeError:
+    blocks = compat.in_memory_blocks(ds)  # None: another Ray version (a sizing hint only)
+    if blocks is None:
         return 0
+    limit = ds.context.target_max_block_size
     rows = [meta.num_rows for meta in blocks]
     if not blocks or None in rows or any((m.size_bytes or 0) > (limit or 2**62) for m in blocks):
         return 0
@@ -449,7 +436,7 @@ def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
 
     # Datasets derived from the user's share its DataContext: ours gets a copy, so the settings and
     # execution callbacks the run puts on it never reach the user's own dataset.
-    source = ray.data.Dataset.copy(src.dataset, _deep_copy=True)
+    source = compat.deep_copy(src.dataset)
     source = source if plan.limit is None else source.limit(plan.limit)
     return source.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)
 
@@ -461,9 +448,8 @@ def _block_name(ids: pa.StringArray) -> str:
     digest: two blocks with the same ids are duplicates when they come from different tasks (two
     such blocks of one task cannot be told from a re-run of it).
     """
-    context = _TaskContext.get_current() if _TaskContext is not None else None
-    task = f"{context.op_name}#{context.task_idx}:" if context is not None else ""
-    return task + ids_digest(ids)
+    task = compat.map_task_name()  # None where Ray moved it: the digest alone
+    return (f"{task}:" if task is not None else "") + ids_digest(ids)
 
 
 def _tag(name: str) -> int:

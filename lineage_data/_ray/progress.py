@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 
 def _progress_enabled() -> bool:
@@ -121,13 +120,9 @@ class _LogLinesAboveBars:
     """
 
     def __init__(self) -> None:
-        self._wrapped: list[tuple[logging.Handler, Any]] = []
-        for name in ("ray", "ray.data"):
-            for handler in logging.getLogger(name).handlers:
-                stream = getattr(handler, "stream", None)
-                if stream in (sys.stderr, sys.stdout) and "emit" not in vars(handler):
-                    self._wrapped.append((handler, handler.emit))
-                    handler.emit = self._aside(handler.emit)  # type: ignore[method-assign,assignment]
+        from lineage_data._ray.compat import wrap_ray_console_emit
+
+        self.close = wrap_ray_console_emit(self._aside)
 
     @staticmethod
     def _aside(emit: Callable[[logging.LogRecord], None]) -> Callable[[logging.LogRecord], None]:
@@ -137,11 +132,6 @@ class _LogLinesAboveBars:
 
         return aside
 
-    def close(self) -> None:
-        for handler, _ in self._wrapped:
-            del handler.emit  # the class's own again
-        self._wrapped.clear()
-
 
 @contextlib.contextmanager
 def _bars_hidden() -> Iterator[None]:
@@ -149,14 +139,10 @@ def _bars_hidden() -> Iterator[None]:
     from ray.data import DataContext
 
     if DataContext.get_current().use_ray_tqdm:
-        from ray.experimental import tqdm_ray
+        from lineage_data._ray.compat import ray_bars_hidden
 
-        manager = tqdm_ray.instance()
-        manager.hide_bars()
-        try:
+        with ray_bars_hidden():
             yield
-        finally:
-            manager.unhide_bars()
         return
     import tqdm
 

@@ -2,7 +2,7 @@
 
 Ray Data's own write bundles blocks by row count and waits for it, so a job smaller or slower than
 one file's rows writes everything at its end (see :mod:`lineage_data._core.rolling`). Here the driver
-takes the output stream as block *references* with their sizes (``iter_internal_ref_bundles``: no
+takes the output stream as block *references* with their sizes (:func:`compat.output_blocks`: no
 row passes through the driver), cuts them with a :class:`~lineage_data._core.rolling.Roller`, and
 starts one write task per cut; a background thread reads the stream, so a file is cut on time even
 while no block arrives. A write task fetches its blocks from the object store and runs the
@@ -28,6 +28,7 @@ import ray
 from ray.data.block import BlockAccessor
 
 from lineage_data._core.rolling import Piece, Roller, RollingPolicy
+from lineage_data._ray import compat
 
 # Write tasks in flight at once: each holds its blocks in the object store until it is through.
 MAX_WRITES_IN_FLIGHT = 4
@@ -36,19 +37,17 @@ _END = object()
 
 @ray.remote(num_cpus=1)
 def _write(sink: Any, pieces: list[tuple[Any, int, int]], index: int) -> Any:
-    from ray.data._internal.execution.interfaces import TaskContext
-
     refs = list(dict.fromkeys(ref for ref, _, _ in pieces))
     fetched = dict(zip(refs, ray.get(refs), strict=True))
     tables = [
         BlockAccessor.for_block(fetched[ref]).slice(start, start + rows, copy=False)
         for ref, start, rows in pieces
     ]
-    return sink.write(tables, TaskContext(task_idx=index, op_name=f"Write({sink.get_name()})"))
+    return sink.write(tables, compat.write_task_context(index, f"Write({sink.get_name()})"))
 
 
-def _feed(bundles: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
-    """Put each output block of the stream on ``out`` as ``(ref, rows, bytes)``, then the end.
+def _feed(blocks: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
+    """Put each output block of the stream (``(ref, rows, bytes)``) on ``out``, then the end.
 
     Stops (and closes the stream, which stops Ray Data's executor) once ``stop`` is set.
     """
@@ -63,16 +62,14 @@ def _feed(bundles: Iterator[Any], out: queue.Queue, stop: threading.Event) -> No
         return False
 
     try:
-        for bundle in bundles:
-            for entry in bundle.blocks:
-                meta = entry.metadata
-                if not put((entry.ref, int(meta.num_rows or 0), int(meta.size_bytes or 0))):
-                    return
+        for block in blocks:
+            if not put(block):
+                return
         put(_END)
     except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread, raised there
         put(exc)
     finally:
-        close = getattr(bundles, "close", None)
+        close = getattr(blocks, "close", None)
         if stop.is_set() and close is not None:
             close()
 
@@ -98,13 +95,13 @@ class RolledWrite:
         self._check: Callable[[], None] = lambda: None
         self.results: list[Any] = []
 
-    def stream(self, bundles: Iterator[Any], check: Callable[[], None] = lambda: None) -> None:
-        """Write one output stream (``Dataset.iter_internal_ref_bundles()``) to the end."""
+    def stream(self, output: Iterator[Any], check: Callable[[], None] = lambda: None) -> None:
+        """Write one output stream (:func:`compat.output_blocks`) to the end."""
         self._check = check
         blocks: queue.Queue = queue.Queue(maxsize=64)  # the feeder waits: Ray Data's backpressure
         stop = threading.Event()
         feeder = threading.Thread(
-            target=_feed, args=(bundles, blocks, stop), name="lineage-rolled-write", daemon=True
+            target=_feed, args=(output, blocks, stop), name="lineage-rolled-write", daemon=True
         )
         feeder.start()
         try:

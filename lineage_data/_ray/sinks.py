@@ -18,6 +18,7 @@ from ray.data import Datasink
 from ray.data.block import BlockAccessor
 
 from lineage_data._core import columns as C
+from lineage_data._ray.compat import start_file_sink, wrap_write_datasink
 
 _LINEAGE = (C.ROOT, C.OUTCOME, C.CAUSE, C.STAGE, C.PATH, C.SIZE, C.BLOCK)
 WRITTEN = "(written)"  # the coordinator's counts of what write tasks wrote (progress only)
@@ -126,20 +127,18 @@ def accounted(
     ``collect`` gets the wrapper once the write is complete; ``progress`` (a coordinator client)
     hears from every write task.
     """
-    original = ds.write_datasink
 
-    def write_datasink(datasink: Any, **kwargs: Any) -> None:
-        sink = AccountedSink(datasink, level, keep_lineage=keep_lineage, progress=progress)
-        from ray.data.datasource.file_datasink import _FileDatasink
+    def through(original: Callable[..., Any]) -> Callable[..., None]:
+        def write_datasink(datasink: Any, **kwargs: Any) -> None:
+            sink = AccountedSink(datasink, level, keep_lineage=keep_lineage, progress=progress)
+            skip = start_file_sink(datasink)  # Ray prepares file sinks: it cannot see through ours
+            if skip is not None:
+                sink._started = True  # type: ignore[attr-defined]
+                if skip:
+                    return
+            original(sink, **kwargs)
+            collect(sink)
 
-        if isinstance(datasink, _FileDatasink):
-            # Ray prepares file sinks (save mode, directory) before running; it cannot see through us.
-            datasink.on_write_start()
-            sink._started = True  # type: ignore[attr-defined]
-            if getattr(datasink, "_skip_write", False):
-                return
-        original(sink, **kwargs)
-        collect(sink)
+        return write_datasink
 
-    ds.write_datasink = write_datasink
-    return ds
+    return wrap_write_datasink(ds, through)

@@ -18,9 +18,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 
-import ray
-from ray.experimental import internal_kv
-
+from lineage_data._ray.compat import kv_delete_prefix, kv_get, kv_multi_get, kv_put_new
 from lineage_data._ray.deaths import this_worker, why_died
 
 _NAMESPACE = "lineage_data"
@@ -55,10 +53,8 @@ class TypeStore:
         for column, token in types.items():
             key = keys[column]
             first = known.get(key)
-            if first is None and internal_kv._internal_kv_put(
-                key, token, overwrite=False, namespace=_NAMESPACE
-            ):  # another writer was first after all
-                first = internal_kv._internal_kv_get(key, namespace=_NAMESPACE)
+            if first is None and kv_put_new(key, token, _NAMESPACE):  # another was first after all
+                first = kv_get(key, _NAMESPACE)
             out[column] = first.decode() if first is not None else token
         return out
 
@@ -84,16 +80,12 @@ class TypeStore:
     def drop(self) -> None:
         """Forget the run's types and this node's journal (its pass is over)."""
         shutil.rmtree(_journal_dir(self._run_id), ignore_errors=True)
-        if ray.is_initialized() and internal_kv._internal_kv_initialized():  # (not after shutdown)
-            internal_kv._internal_kv_del(
-                self._run_id + _SEP, del_by_prefix=True, namespace=_NAMESPACE
-            )
+        kv_delete_prefix(self._run_id + _SEP, _NAMESPACE)
 
 
 def _read_all(keys: list[bytes]) -> dict[bytes, bytes]:
     """The values of those ``keys`` that have one, in one call to the GCS."""
-    client = internal_kv.internal_kv_get_gcs_client()
-    return dict(client.internal_kv_multi_get(keys, _NAMESPACE.encode()))
+    return kv_multi_get(keys, _NAMESPACE)
 
 
 # -- the crash journal of a flat plan ------------------------------------------------------------
