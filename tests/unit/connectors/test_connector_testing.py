@@ -8,6 +8,7 @@ import fsspec
 import pytest
 
 import connectors.errors
+import connectors.layout
 import connectors.ocr
 import connectors.pdf
 import connectors.testing.corpus
@@ -29,6 +30,7 @@ from connectors.testing.corpus import (
     "module",
     [
         connectors.errors,
+        connectors.layout,
         connectors.ocr,
         connectors.pdf,
         connectors.testing.corpus,
