@@ -5,11 +5,13 @@ detectors and models), and the algorithm is short: it is written here.
 
 A region of boxes is cut along whitespace bands that cross it whole:
 
-1. a **break**: a horizontal band clearly taller than the page's line spacing (a title above
-   columns, a footer below them, a paragraph gap in one column) cuts the region into blocks,
-   top to bottom;
-2. else a **gutter**: a vertical band cuts it into columns, left to right (pieces side by side
-   over less than 1.5 line heights are no columns: a line beside a short label is one row);
+1. a **gutter**: a vertical band cuts it into columns, left to right (pieces side by side over
+   less than 1.5 line heights are no columns: a line beside a short label is one row);
+2. a **break**: a horizontal band clearly taller than the page's line spacing (a title above
+   columns, a footer below them, a paragraph gap in one column) cuts it into blocks, top to
+   bottom. When a region has both, the wider band wins: the paragraph gaps of two columns that
+   happen to line up do not cut across the gutter, and a title that spans the gutter leaves no
+   gutter to cut;
 3. else the widest horizontal band(s) cut it into rows, top to bottom.
 
 A region that is one text line (its boxes overlap vertically and span about one line height)
@@ -112,11 +114,11 @@ class _Page:
         """The region's pieces in reading order, or None when no cut splits it."""
         bands = self._gaps(region, axis=1)
         breaks = [gap for gap in bands if gap[0] >= self.break_gap]
+        columns = self._columns(region)
+        if columns is not None and (not breaks or columns[1] >= max(w for w, _ in breaks)):
+            return columns[0]
         if breaks:
             return self._split(region, breaks, axis=1)
-        columns = self._columns(region)
-        if columns is not None:
-            return columns
         if bands:
             widest = max(width for width, _ in bands)
             return self._split(region, [g for g in bands if g[0] >= widest - self.tol], axis=1)
@@ -130,8 +132,8 @@ class _Page:
         tallest = max(self.boxes[i][3] - self.boxes[i][1] for i in region)
         return bottom - top > 0 and extent < tallest + self.height / 2
 
-    def _columns(self, region: list[int]) -> list[list[int]] | None:
-        """The region cut at its gutters, or None.
+    def _columns(self, region: list[int]) -> tuple[list[list[int]], float] | None:
+        """The region cut at its gutters and the widest gutter's width, or None.
 
         Pieces side by side over no more than ``_COLUMN`` line heights are not columns but one
         text line with a wide space (a line beside a short label): they stay together and the
@@ -147,7 +149,13 @@ class _Page:
                 columns.append(piece)
             else:
                 columns[-1] = columns[-1] + piece
-        return columns if len(columns) > 1 else None
+        if len(columns) == 1:
+            return None
+        widest = max(
+            min(self.boxes[i][0] for i in right) - max(self.boxes[i][2] for i in left)
+            for left, right in zip(columns, columns[1:], strict=False)
+        )
+        return columns, widest
 
     def _side_by_side(self, a: list[int], b: list[int]) -> float:
         """How far the vertical extents of two pieces overlap."""

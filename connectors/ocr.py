@@ -408,20 +408,27 @@ def document_text(parent: dict[str, Any], pages: list[dict[str, Any]]) -> dict[s
     return out
 
 
-def character_error_rate(hypothesis: str, reference: str) -> float:
+def character_error_rate(hypothesis: str, reference: str, *, spaces: bool = False) -> float:
     """Edit distance over reference length, after removing whitespace and folding case.
 
     Whitespace is removed because PP-OCR drops some spaces between English words; the rate then
-    measures characters only. An empty reference gives 0.0 for an empty hypothesis, else 1.0.
+    measures characters only. With ``spaces=True`` whitespace is kept instead (each run of it
+    counts as one space), so a lost or extra space is one error. An empty reference gives 0.0 for
+    an empty hypothesis, else 1.0.
 
     Example:
         >>> character_error_rate("Lineage  data", "lineagedata"), character_error_rate("ab", "abcd")
         (0.0, 0.5)
+        >>> character_error_rate("lineage  data", "lineage data", spaces=True)
+        0.0
+        >>> round(character_error_rate("lineagedata", "lineage data", spaces=True), 3)
+        0.083
     """
     import Levenshtein
 
-    hyp = "".join(hypothesis.split()).casefold()
-    ref = "".join(reference.split()).casefold()
+    sep = " " if spaces else ""
+    hyp = sep.join(hypothesis.split()).casefold()
+    ref = sep.join(reference.split()).casefold()
     if not ref:
         return 0.0 if not hyp else 1.0
     return Levenshtein.distance(hyp, ref) / len(ref)

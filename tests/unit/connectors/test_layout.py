@@ -44,6 +44,16 @@ FOOTER = [(280, 260, 340, 272)]
         TITLE + two_columns() + FOOTER,
         # a second column shorter than the first, with a title: still column by column
         TITLE + column(20, 290, 60, 9) + column(330, 600, 60, 4),
+        # two pages side by side, each with a header, paragraph gaps that line up, and a footer:
+        # the gutter is wider than every one of those gaps
+        [(20, 10, 200, 22)]
+        + column(20, 290, 60, 4)
+        + column(20, 290, 150, 4)
+        + [(150, 260, 170, 272)]
+        + [(360, 10, 520, 22)]
+        + column(360, 630, 60, 4)
+        + column(360, 630, 150, 4)
+        + [(490, 260, 510, 272)],
         # a one-column page whose second line the detector split in two
         [(20, 20, 600, 32), (20, 38, 300, 50), (340, 38, 600, 50), (20, 56, 600, 68)],
     ],
@@ -54,6 +64,7 @@ FOOTER = [(280, 260, 340, 272)]
         "footer",
         "title-and-footer",
         "short-column",
+        "two-pages",
         "split-row",
     ],
 )
