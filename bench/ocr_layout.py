@@ -4,7 +4,7 @@ No model is mocked: pages are rendered by :func:`connectors.pdf.render_pages` an
 :class:`connectors.ocr.DetectLines` + :class:`connectors.ocr.RecognizeLines` in this process (one
 onnxruntime thread). The reference is the page's own text layer (:func:`connectors.pdf.normalize_text`).
 
-* **dpi sweep**: the first ``--pages`` pages with text of each PDF at each ``--dpi``: word
+* **dpi sweep**: ``--pages`` pages with text, spread over each PDF, at each ``--dpi``: word
   similarity (:func:`connectors.ocr.word_similarity`), the fraction of the reference's spaces the
   OCR text keeps (:func:`spaces_kept`), the CER without and with whitespace, seconds per page
   (wall and CPU).
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +31,9 @@ from bench.measure import results_path, write_json
 DPIS = (72, 100, 150, 200)
 GUTTER_PT = 36.0  # half an inch between the two pages
 MIN_CHARS = 200  # pages with less text (title pages, blank pages) are skipped
+# Dot leaders of a table of contents (". . . .") are skipped too: OCR reads them as one run of
+# dots, which would count as hundreds of lost spaces and words.
+DOT_LEADERS = re.compile(r"(\. ){5,}")
 MAX_PIXELS = 64_000_000  # render at the asked dpi (RapidOCR still caps the long side at 2000 px)
 
 
@@ -121,16 +125,19 @@ def old_page_text(lines: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def pages(data: bytes, dpi: float) -> list[dict[str, Any]]:
-    """The rendered pages of a PDF with enough text, each with its clean text layer."""
+def pages(data: bytes, dpi: float, count: int | None = None) -> list[dict[str, Any]]:
+    """Rendered pages of a PDF with enough text, each with its clean text layer: all of them, or
+    ``count`` spread evenly over the document."""
     from connectors.pdf import normalize_text, render_pages
 
     out = []
     for page in render_pages({"bytes": data}, dpi=dpi, max_pixels=MAX_PIXELS, max_pages=None):
         page["reference"] = normalize_text(page["text"])
-        if len(page["reference"]) >= MIN_CHARS:
+        if len(page["reference"]) >= MIN_CHARS and not DOT_LEADERS.search(page["reference"]):
             out.append(page)
-    return out
+    if count is None or count >= len(out):
+        return out
+    return [out[round(k * (len(out) - 1) / max(1, count - 1))] for k in range(count)]
 
 
 def _page_text(lines: list[dict[str, Any]]) -> str:
@@ -140,12 +147,12 @@ def _page_text(lines: list[dict[str, Any]]) -> str:
 
 
 def sweep(reader: Reader, data: bytes, dpis: list[float], n_pages: int) -> dict[str, Any]:
-    """Quality and cost per dpi on the first ``n_pages`` pages with text."""
+    """Quality and cost per dpi on ``n_pages`` pages with text, spread over the document."""
     from connectors.ocr import character_error_rate, word_similarity
 
     out: dict[str, Any] = {}
     for dpi in dpis:
-        rows = pages(data, dpi)[:n_pages]
+        rows = pages(data, dpi, n_pages)
         hyps, refs, seconds, cpu = [], [], [], []
         for page in rows:
             start, start_cpu = time.perf_counter(), time.process_time()
