@@ -78,18 +78,33 @@ def _corpus(scale: str, seed: int, input_dir: str | None, scratch: Path) -> tupl
     return [f["path"] for f in files], {norm_path(f["path"]): f["text"] for f in files}
 
 
-def _cer(texts: dict[str, str], truth: dict[str, str]) -> float | None:
-    """Characters in error over all documents (whitespace removed, case folded)."""
+def _cer(texts: dict[str, str], truth: dict[str, str], *, spaces: bool = False) -> float | None:
+    """Characters in error over all documents (case folded; whitespace removed, or with
+    ``spaces`` kept as one space a run)."""
     from lineage_data.connectors.ocr import character_error_rate
 
     if not truth:
         return None
-    total = sum(len("".join(t.split())) for t in truth.values())
+    sep = " " if spaces else ""
+    total = sum(len(sep.join(t.split())) for t in truth.values())
     errors = sum(
-        character_error_rate(texts.get(path, ""), ref) * len("".join(ref.split()))
+        character_error_rate(texts.get(path, ""), ref, spaces=spaces) * len(sep.join(ref.split()))
         for path, ref in truth.items()
     )
     return round(errors / max(1, total), 4)
+
+
+def _word_similarity(texts: dict[str, str], truth: dict[str, str]) -> float | None:
+    """``word_similarity`` per document, weighted by the reference's words."""
+    from lineage_data.connectors.ocr import word_similarity
+
+    if not truth:
+        return None
+    weights = {path: len(ref.split()) for path, ref in truth.items()}
+    total = sum(
+        word_similarity(texts.get(path, ""), ref) * weights[path] for path, ref in truth.items()
+    )
+    return round(total / max(1, sum(weights.values())), 4)
 
 
 def _run_system(system: str, paths: list[str], setup: Setup, cores: int, daft: bool) -> Run | str:
@@ -126,6 +141,8 @@ def _summary(
         out["first_doc_frac"] = round(statistics.median(firsts), 4)
     if truth is not None:  # a system whose rows are documents
         out["cer"] = _cer(tries[0].texts, truth)
+        out["cer_spaced"] = _cer(tries[0].texts, truth, spaces=True)
+        out["word_similarity"] = _word_similarity(tries[0].texts, truth)
         out["documents_out"] = len(tries[0].texts)
     return out
 
@@ -191,6 +208,8 @@ def run(
         "wall_ratio_vs_daft": ratio("daft"),
         "pages_per_s_vs_limit": round(ld["pages_per_s"] / results["limit"]["pages_per_s"], 4),
         "cer": ld["cer"],
+        "cer_spaced": ld["cer_spaced"],
+        "word_similarity": ld["word_similarity"],
         "first_doc_frac": ld["first_doc_frac"],
         "peak_driver_rss_mib": ld.get("peak_driver_rss_mib"),
         "pages": pages,
@@ -225,7 +244,9 @@ def run(
                 "per core, page j to process j % cores, no Ray (process start and model load "
                 "included, as actor start-up is for the others). wall_s from building the "
                 "pipeline to the last row consumed on the driver. cer over all documents, "
-                "whitespace removed and case folded."
+                "whitespace removed and case folded; cer_spaced the same with each whitespace "
+                "run kept as one space; word_similarity lineage_data.connectors.ocr.word_similarity per "
+                "document, weighted by the reference's words."
             ),
             "systems": results,
             "skipped": skipped,

@@ -3,8 +3,10 @@
 The model is `rapidocr-onnxruntime <https://github.com/RapidAI/RapidOCR>`_, whose wheel carries
 PP-OCRv4's detection, angle-classification and recognition ONNX weights: nothing is downloaded.
 Everything model-specific (image loading, resizing, the DB detector's post-processing, the
-reading-order sort, the perspective crops, the recognizer's batching and CTC decoding) is the
-package's own code; this module only turns it into lineage stages:
+perspective crops, the recognizer's batching and CTC decoding) is the
+package's own code; the reading order is :mod:`lineage_data.connectors.layout`'s XY-cut (RapidOCR's own
+``sorted_boxes`` reads across the columns of a two-column page). This module turns it into
+lineage stages:
 
 * :class:`DetectLines` is a second-level **expand**: one page row (``image`` bytes) in, its text
   lines out as ordered children (reading order), each with its crop, box and detection score.
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from lineage_data._core.failures import RecordFailure
 from lineage_data.connectors import errors
 from lineage_data.connectors.errors import CorruptInputError
+from lineage_data.connectors.layout import quad_to_box, reading_order, text_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,6 +59,7 @@ __all__ = [
     "character_error_rate",
     "document_text",
     "page_text",
+    "word_similarity",
 ]
 
 _INSTALL_HINT = "pip install 'lineage-data[ocr]'"
@@ -127,7 +131,8 @@ class DetectLines:
     ``box`` holds the four corners (clockwise from top-left) in pixels of the page image,
     ``det_score`` the DB detector's box score, ``crop`` the line cut out of the page (PNG, straightened
     by RapidOCR's perspective crop, in the colour order the recognizer expects). The order is
-    RapidOCR's ``sorted_boxes``: top to bottom, left to right within a row.
+    :func:`lineage_data.connectors.layout.reading_order`'s XY-cut: a title, then each column top to bottom,
+    left column first, then a footer; the boxes of one text line left to right.
 
     A page without text yields nothing: an empty group, whose :func:`page_text` is "". A row whose
     ``image`` is missing or cannot be decoded raises :class:`~lineage_data.connectors.errors.CorruptInputError`
@@ -181,19 +186,13 @@ class DetectLines:
         boxes, scores = self._detect(image)
         if not boxes:
             return []
-        # sorted_boxes reads only each box's first corner, so a fifth "point" (index, score)
-        # rides along through RapidOCR's own reading-order sort.
-        tagged = np.concatenate(
-            [np.stack(boxes), np.array([[i, s] for i, s in enumerate(scores)])[:, None, :]],
-            axis=1,
-        ).astype(np.float32)
-        ordered = np.stack(ocr.sorted_boxes(tagged))
-        corners = np.ascontiguousarray(ordered[:, :4, :])
+        order = reading_order([quad_to_box(box.reshape(-1).tolist()) for box in boxes])
+        corners = np.ascontiguousarray(np.stack([boxes[i] for i in order]).astype(np.float32))
         crops = ocr.get_crop_img_list(image, list(corners))
         origin = ocr._get_origin_points(list(corners), record, raw_h, raw_w)
         out = []
         count = len(crops)
-        for index, (crop, box, tag) in enumerate(zip(crops, origin, ordered[:, 4, :], strict=True)):
+        for index, (crop, box, i) in enumerate(zip(crops, origin, order, strict=True)):
             ok, png = cv2.imencode(".png", crop, [cv2.IMWRITE_PNG_COMPRESSION, 1])
             if not ok:  # pragma: no cover - OpenCV encodes any non-empty uint8 image
                 raise CorruptInputError.for_input(
@@ -204,7 +203,7 @@ class DetectLines:
                     "line_index": index,
                     "line_count": count,
                     "box": [round(float(v), 1) for v in box.reshape(-1)],
-                    "det_score": round(float(tag[1]), 4),
+                    "det_score": round(scores[i], 4),
                     "crop": png.tobytes(),
                     "crop_width": int(crop.shape[1]),
                     "crop_height": int(crop.shape[0]),
@@ -350,34 +349,43 @@ def _column_values(batch: Any, column: str, owner: str) -> list[Any]:
 def page_text(parent: dict[str, Any], lines: list[dict[str, Any]]) -> dict[str, Any]:
     r"""Reduce a page's recognized lines (in reading order) into the page's text.
 
-    Lines whose boxes share a row (their top edges closer than half a line height) are joined with
-    a space, rows with ``\n``. Returns the page's own columns without its ``image`` and ``error``,
-    plus ``text``, ``lines`` (how many) and ``confidence`` (the mean, None for no lines). A page
-    with no lines gets ``text == ""``.
+    Consecutive lines that share a text row are joined with a space, rows with ``\n``. The rows
+    are :func:`lineage_data.connectors.layout.text_rows` of the page's boxes: two boxes of one text line (which
+    the detector split) share a row; lines of two columns at the same height do not. Returns the
+    page's own columns without its ``image`` and ``error``, plus ``text``, ``lines`` (how many)
+    and ``confidence`` (the mean, None for no lines). A page with no lines gets ``text == ""``.
 
     Example:
         >>> page = {"page_index": 0, "image": b"..."}
         >>> lines = [{"text": "a", "box": [0, 0, 9, 0, 9, 9, 0, 9], "confidence": 0.5},
         ...          {"text": "b", "box": [20, 1, 29, 1, 29, 9, 20, 9], "confidence": 1.0},
-        ...          {"text": "c", "box": [0, 20, 9, 20, 9, 29, 0, 29], "confidence": 0.9}]
+        ...          {"text": "c", "box": [0, 20, 29, 20, 29, 29, 0, 29], "confidence": 0.9}]
         >>> page_text(page, lines)
         {'page_index': 0, 'text': 'a b\nc', 'lines': 3, 'confidence': 0.8}
     """
     out = {k: v for k, v in parent.items() if k not in ("image", "error", "text")}
+    row = _row_ids(lines)
     parts: list[str] = []
-    previous: list[float] | None = None
-    for line in lines:
-        box = line.get("box")
-        if previous is not None and box and parts:
-            height = max(previous[7] - previous[1], box[7] - box[1], 1.0)
-            parts.append(" " if abs(box[1] - previous[1]) < height / 2 else "\n")
+    for index, line in enumerate(lines):
+        if index:
+            same = row[index] is not None and row[index] == row[index - 1]
+            parts.append(" " if same else "\n")
         parts.append(line.get("text") or "")
-        previous = box
     scores = [line["confidence"] for line in lines if line.get("confidence") is not None]
     out["text"] = "".join(parts)
     out["lines"] = len(lines)
     out["confidence"] = round(sum(scores) / len(scores), 4) if scores else None
     return out
+
+
+def _row_ids(lines: list[dict[str, Any]]) -> list[int | None]:
+    """Each line's text row on its page (None: a line without a box)."""
+    where = [i for i, line in enumerate(lines) if line.get("box")]
+    ids: list[int | None] = [None] * len(lines)
+    for row, members in enumerate(text_rows([quad_to_box(lines[i]["box"]) for i in where])):
+        for member in members:
+            ids[where[member]] = row
+    return ids
 
 
 def document_text(parent: dict[str, Any], pages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -400,20 +408,53 @@ def document_text(parent: dict[str, Any], pages: list[dict[str, Any]]) -> dict[s
     return out
 
 
-def character_error_rate(hypothesis: str, reference: str) -> float:
+def character_error_rate(hypothesis: str, reference: str, *, spaces: bool = False) -> float:
     """Edit distance over reference length, after removing whitespace and folding case.
 
     Whitespace is removed because PP-OCR drops some spaces between English words; the rate then
-    measures characters only. An empty reference gives 0.0 for an empty hypothesis, else 1.0.
+    measures characters only. With ``spaces=True`` whitespace is kept instead (each run of it
+    counts as one space), so a lost or extra space is one error. An empty reference gives 0.0 for
+    an empty hypothesis, else 1.0.
 
     Example:
         >>> character_error_rate("Lineage  data", "lineagedata"), character_error_rate("ab", "abcd")
         (0.0, 0.5)
+        >>> character_error_rate("lineage  data", "lineage data", spaces=True)
+        0.0
+        >>> round(character_error_rate("lineagedata", "lineage data", spaces=True), 3)
+        0.083
     """
     import Levenshtein
 
-    hyp = "".join(hypothesis.split()).casefold()
-    ref = "".join(reference.split()).casefold()
+    sep = " " if spaces else ""
+    hyp = sep.join(hypothesis.split()).casefold()
+    ref = sep.join(reference.split()).casefold()
     if not ref:
         return 0.0 if not hyp else 1.0
     return Levenshtein.distance(hyp, ref) / len(ref)
+
+
+def word_similarity(hypothesis: str, reference: str) -> float:
+    r"""How alike two texts are word by word: 1.0 for the same words in the same order.
+
+    Both texts go through :func:`lineage_data.connectors.pdf.normalize_text`, are case folded and split at
+    whitespace; the similarity is ``2 * M / (len(hyp) + len(ref))`` with ``M`` the longest common
+    subsequence of the two word sequences (Levenshtein's ``ratio`` over words). Unlike
+    :func:`character_error_rate` it sees lost spaces (``"frameanvalue"`` is one wrong word, not
+    three right ones) and the reading order. Two empty texts give 1.0.
+
+    Example:
+        >>> word_similarity("Lineage  data\nsets", "lineage data sets")
+        1.0
+        >>> word_similarity("lineagedata sets", "lineage data sets"), word_similarity("", "a")
+        (0.4, 0.0)
+    """
+    import Levenshtein
+
+    from lineage_data.connectors.pdf import normalize_text
+
+    hyp = normalize_text(hypothesis).casefold().split()
+    ref = normalize_text(reference).casefold().split()
+    if not hyp and not ref:
+        return 1.0
+    return float(Levenshtein.ratio(hyp, ref))

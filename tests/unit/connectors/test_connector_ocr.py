@@ -320,6 +320,42 @@ def test_page_text_joins_lines_of_a_row_with_a_space_and_rows_with_a_newline(box
     assert page_text({}, lines)["text"] == text
 
 
+def test_page_text_of_two_columns_puts_a_newline_between_lines_of_different_columns():
+    # column 1: a b; column 2: c d e, a and c (b and d) at one height. A title t above both.
+    boxes = {
+        "t": box(0, 0, width=200),
+        "a": box(0, 30, width=90),
+        "c": box(110, 30, width=90),
+        "d": box(110, 45, width=90),
+        "e": box(110, 60, width=90),
+        "b": box(0, 45, width=90),
+    }
+    lines = [{"text": t, "box": boxes[t]} for t in "tabcde"]  # DetectLines' order
+    assert page_text({}, lines)["text"] == "t\na\nb\nc\nd\ne"
+    # the same lines in the old top-to-bottom order: a c and b d at one height are still no rows
+    lines = [{"text": t, "box": boxes[t]} for t in "tacbde"]
+    assert page_text({}, lines)["text"] == "t\na\nc\nb\nd\ne"
+
+
+def test_a_two_column_page_is_read_column_by_column(detect, recognize):
+    left = ["first column one", "first column two", "first column three"]
+    right = ["second column one", "second column two", "second column three"]
+    image = Image.new("L", (500, 260), 255)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=14)
+    draw.text((150, 20), "a title across both", font=font, fill=0)
+    for k, (a, b) in enumerate(zip(left, right, strict=True)):
+        draw.text((20, 70 + 25 * k), a, font=font, fill=0)
+        draw.text((270, 70 + 25 * k), b, font=font, fill=0)
+    draw.text((230, 220), "page 1", font=font, fill=0)
+    data = io.BytesIO()
+    image.save(data, format="PNG")
+    rows = recognized(recognize, list(detect({"image": data.getvalue()})))
+    expected = ["a title across both", *left, *right, "page 1"]
+    assert_reads([row["text"] for row in rows], expected)
+    assert_reads(page_text({}, rows)["text"].split("\n"), expected)
+
+
 def test_page_text_keeps_the_page_columns_and_averages_known_confidences():
     parent = {"page_index": 2, "page_count": 5, "image": b"png", "error": None, "text": "layer"}
     lines = [

@@ -9,6 +9,7 @@ import pytest
 
 import lineage_data.connectors.echo_llm
 import lineage_data.connectors.errors
+import lineage_data.connectors.layout
 import lineage_data.connectors.ocr
 import lineage_data.connectors.pdf
 import lineage_data.connectors.testing.corpus
@@ -29,6 +30,7 @@ from lineage_data.connectors.testing.corpus import (
     "module",
     [
         lineage_data.connectors.errors,
+        lineage_data.connectors.layout,
         lineage_data.connectors.ocr,
         lineage_data.connectors.pdf,
         lineage_data.connectors.testing.corpus,
