@@ -17,16 +17,15 @@ new address later.
 
 from __future__ import annotations
 
-import functools
 import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from lineage_data._core.state import METHODS, LineageState
+from lineage_data._core.state import METHODS, Coordinator, LineageState
 from lineage_data._ray.actors import Helper, helper_timeout_s, start_helper
 from lineage_data._ray.channel import (
     ChannelClient,
@@ -177,15 +176,9 @@ class CoordinatorClient:
             if _channels.get(self.helper.name) is channel:
                 del _channels[self.helper.name]
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        """A call of the coordinator's table (:data:`~lineage_data._core.state.METHODS`): one round trip.
+    if TYPE_CHECKING:  # the calls of the table, generated below (see _forwarded)
 
-        Generated from the table, so the client serves exactly what the actor does (typed by
-        :class:`~lineage_data._core.state.Coordinator`).
-        """
-        if name in METHODS:
-            return functools.partial(self._call, name)
-        raise AttributeError(f"the coordinator has no method {name!r}")
+        def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
         """:meth:`LineageState.attempt`, naming this process as the one that makes the attempt."""
@@ -196,3 +189,20 @@ class CoordinatorClient:
     def why_crashed(self, stage: str, key: str) -> str | None:
         """Why the processes that ran ``key`` before died, as far as Ray and this node can tell."""
         return why_died(self._call("crashed_by", stage, key))
+
+
+def _forwarded(name: str) -> Callable[..., Any]:
+    """The client's method for call ``name`` of the table: one round trip, documented as the table."""
+
+    def call(self: CoordinatorClient, *args: Any, **kwargs: Any) -> Any:
+        return self._call(name, *args, **kwargs)
+
+    call.__name__, call.__qualname__ = name, f"CoordinatorClient.{name}"
+    call.__doc__ = getattr(Coordinator, name).__doc__
+    return call
+
+
+# The client serves exactly the table the actor dispatches (lineage_data._core.state.METHODS).
+for _name in METHODS:
+    if _name not in vars(CoordinatorClient):  # attempt names the calling process
+        setattr(CoordinatorClient, _name, _forwarded(_name))
