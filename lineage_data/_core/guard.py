@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 from lineage_data._core import outcomes
 from lineage_data._core.errors import WorkerCrashedError
 from lineage_data._core.outcomes import Status
+from lineage_data._core.state.protocols import Journal
 
 R = TypeVar("R")
 
@@ -103,7 +104,7 @@ class _Life:
         return [self.key] * (self.barren + 1)
 
 
-def born(stage: str, journal: Any, actor: str, max_crash_retries: int) -> int:
+def born(stage: str, journal: Journal, actor: str, max_crash_retries: int) -> int:
     """A life of pool actor ``actor`` begins in ``stage``: how many lives before it ended nothing.
 
     Called once per process start of the actor (Ray restarts an actor after its process died). The
@@ -111,8 +112,6 @@ def born(stage: str, journal: Any, actor: str, max_crash_retries: int) -> int:
     life that never reports one died before finishing anything: its blocks (whatever their keys)
     killed it. Raises :class:`WorkerCrashedError` past :func:`barren_limit` such lives in a row.
     """
-    if not hasattr(journal, "attempt"):
-        return 0
     key = f"life of actor {actor}"
     barren, _ = journal.attempt(stage, key, ())
     barren = int(barren)
@@ -183,6 +182,25 @@ def block_key(n: int, first: str, last: str) -> str:
     return f"#{n}\x1d{first}\x1d{last}"
 
 
+class _NoJournal:
+    """What a guard without a journal talks to: nothing journaled, nothing known."""
+
+    def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
+        return 0, 0
+
+    def hung(self, stage: str, key: str) -> None:
+        pass
+
+    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
+        return []
+
+    def why_crashed(self, stage: str, key: str) -> str | None:
+        return None
+
+
+_NO_JOURNAL = _NoJournal()
+
+
 class Guard:
     """The crash journal and the watchdog of one stage's operator, in one worker process.
 
@@ -197,7 +215,7 @@ class Guard:
     def __init__(
         self,
         stage: str,
-        journal: Any,
+        journal: Journal | None,
         *,
         max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
         timeout_s: float | None = None,
@@ -205,10 +223,10 @@ class Guard:
     ) -> None:
         """``watchdog``: the process's, to enforce ``timeout_s`` (None: not enforced)."""
         self._stage = stage
-        self._journal = journal
-        # Without a journal (a client that keeps none) nothing is isolated, and no timeout is
-        # enforced: its retry could then never end. A flat plan journals on each node (TypeStore).
-        self._active = hasattr(journal, "attempt")
+        # Without a journal (None, or a stand-in that keeps none) nothing is isolated, and no timeout
+        # is enforced: its retry could then never end. A flat plan journals on each node (TypeStore).
+        self._journal: Journal = journal if isinstance(journal, Journal) else _NO_JOURNAL
+        self._active = self._journal is not _NO_JOURNAL
         self._max = max_crash_retries
         self._watchdog = watchdog if self._active else None
         self._timeout = timeout_s if self._watchdog is not None else None
@@ -223,7 +241,7 @@ class Guard:
         self._block_crashes = 0  # deaths of the current block before this attempt
 
     @classmethod
-    def of(cls, stage: Any, journal: Any, *, watchdog: Watchdog | None) -> Guard:
+    def of(cls, stage: Any, journal: Journal | None, *, watchdog: Watchdog | None) -> Guard:
         """The guard of ``stage`` (any :class:`~lineage_data._core.stages.Stage`), with its options."""
         return cls(
             stage.name,
@@ -311,8 +329,7 @@ class Guard:
 
     def _why(self, key: str) -> str | None:
         """What the journal can tell of why the processes that ran ``key`` died (or None)."""
-        why = getattr(self._journal, "why_crashed", None)
-        return why(self._stage, key) if why is not None else None
+        return self._journal.why_crashed(self._stage, key)
 
     def suspects(self, keys: Sequence[str]) -> set[str]:
         """Units of an isolated block that an earlier attempt crashed or hung on.

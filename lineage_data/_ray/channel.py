@@ -50,27 +50,10 @@ import numpy as np
 import pyarrow as pa
 
 from lineage_data._core import errors
-from lineage_data._core.state import CommitResult, Handoff, Verdict
+from lineage_data._core.state import METHODS, CommitResult, Handoff, Verdict
 
-# What a client may call: the coordinator state's batch methods, nothing else. A frame names one by
-# its index here, so the order is the protocol: append, never reorder.
-METHODS: tuple[str, ...] = (
-    "register_roots",
-    "root_ids_since",
-    "handoff",
-    "commit",
-    "count",
-    "reduced",
-    "release",
-    "establish_types",
-    "established",
-    "snapshot",
-    "attempt",
-    "hung",
-    "note_columns",
-    "crashed_by",
-    "suspects",
-)
+# What a client may call: the coordinator's table (lineage_data._core.state.METHODS), nothing else.
+# A frame names a call by its index there; both ends of a run load the same table.
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 
 MAGIC = b"LDC1"  # the protocol, first bytes the server sends

@@ -20,16 +20,14 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import ray
 
-from lineage_data._core.state import CommitResult, Handoff, LineageState, Path
+from lineage_data._core.state import METHODS, Coordinator, LineageState
 from lineage_data._ray.actors import Helper, helper_timeout_s, start_helper
 from lineage_data._ray.channel import (
-    METHODS,
     ChannelClient,
     ChannelServer,
     Unencodable,
@@ -110,7 +108,11 @@ _channels_lock = threading.Lock()
 
 
 class CoordinatorClient:
-    """The coordinator as operators see it: the :class:`LineageState` methods, one round trip each.
+    """The coordinator as operators see it: the calls of its table, one round trip each.
+
+    A :class:`~lineage_data._core.state.Coordinator` (and, with :meth:`why_crashed`, a
+    :class:`~lineage_data._core.state.StageClient`): every call of the table is forwarded as it is,
+    but ``attempt``, which names the calling process.
 
     Picklable: it travels to every worker inside the stage wrappers (the connection does not: each
     process opens its own on first use). ``stage`` names the caller's stage in the error raised when
@@ -174,49 +176,33 @@ class CoordinatorClient:
             if _channels.get(self.helper.name) is channel:
                 del _channels[self.helper.name]
 
-    def register_roots(self, roots: Sequence[str], block: str | None = None) -> None:  # noqa: D102
-        self._call("register_roots", roots if isinstance(roots, pa.Array) else list(roots), block)
+    if TYPE_CHECKING:  # the calls of the table, generated below (see _forwarded)
 
-    def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:  # noqa: D102
-        return self._call("root_ids_since", cursor)
+        def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
-    def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:  # noqa: D102
-        return self._call("handoff", stage_index, roots, paths)
-
-    def commit(self, *args: Any, **kwargs: Any) -> CommitResult:  # noqa: D102
-        return self._call("commit", *args, **kwargs)
-
-    def count(self, stage: str, counts: dict[str, int]) -> None:  # noqa: D102
-        self._call("count", stage, counts)
-
-    def reduced(self, *args: Any) -> None:  # noqa: D102
-        self._call("reduced", *args)
-
-    def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:  # noqa: D102
-        return self._call("establish_types", stage, types)
-
-    def note_columns(self, stage: str, names: Sequence[str]) -> None:  # noqa: D102
-        self._call("note_columns", stage, list(names))
-
-    def established(self, stage: str) -> list[str]:  # noqa: D102
-        return self._call("established", stage)
-
-    def snapshot(self) -> dict:  # noqa: D102
-        return self._call("snapshot")
-
-    def attempt(  # noqa: D102
-        self, stage: str, key: str | None, ended: Sequence[str] = ()
-    ) -> tuple[int, int]:
+    def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
+        """:meth:`LineageState.attempt`, naming this process as the one that makes the attempt."""
         who = this_worker() if key is not None else None
-        crashes, timeouts = self._call("attempt", stage, key, list(ended), who)
+        crashes, timeouts = self._call("attempt", stage, key, ended, who)
         return crashes, timeouts
-
-    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:  # noqa: D102
-        return self._call("suspects", stage, list(keys))
 
     def why_crashed(self, stage: str, key: str) -> str | None:
         """Why the processes that ran ``key`` before died, as far as Ray and this node can tell."""
         return why_died(self._call("crashed_by", stage, key))
 
-    def hung(self, stage: str, key: str) -> None:  # noqa: D102
-        self._call("hung", stage, key)
+
+def _forwarded(name: str) -> Callable[..., Any]:
+    """The client's method for call ``name`` of the table: one round trip, documented as the table."""
+
+    def call(self: CoordinatorClient, *args: Any, **kwargs: Any) -> Any:
+        return self._call(name, *args, **kwargs)
+
+    call.__name__, call.__qualname__ = name, f"CoordinatorClient.{name}"
+    call.__doc__ = getattr(Coordinator, name).__doc__
+    return call
+
+
+# The client serves exactly the table the actor dispatches (lineage_data._core.state.METHODS).
+for _name in METHODS:
+    if _name not in vars(CoordinatorClient):  # attempt names the calling process
+        setattr(CoordinatorClient, _name, _forwarded(_name))

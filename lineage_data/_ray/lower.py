@@ -30,11 +30,16 @@ from lineage_data._core.physical import source_blocks as physical_source
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import column_ids, content_ids, ids_digest, with_lineage
 from lineage_data._core.stages import AnyStage, Expand
+from lineage_data._core.state import Journal, RootRegistry
 from lineage_data._core.terminal import TerminalOp
 from lineage_data._ray import compat
+from lineage_data._ray.coordinator import CoordinatorClient
+from lineage_data._ray.typestore import TypeStore
 from lineage_data._ray.worker import WATCHDOG
 
 R = TypeVar("R")
+# What a run's operators talk to: its coordinator, or a flat plan's store (no coordinator at all).
+Client = CoordinatorClient | TypeStore
 
 # Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
 # small machine fractional-CPU tasks start many more worker processes and were 5x slower here.
@@ -53,7 +58,7 @@ class _Step:
 
     plan: Plan
     index: int
-    client: Any
+    client: Client
     rows_per_block: int
     holders: Any = None
     terminal: bool = False
@@ -131,15 +136,15 @@ def _chain(ops: list[Callable[[pa.Table], Any]]) -> Callable[[pa.Table], Any]:
     return chained
 
 
-def _constructing(stage: AnyStage, client: Any, make: Callable[[], R]) -> R:
+def _constructing(stage: AnyStage, client: Journal, make: Callable[[], R]) -> R:
     """``make()``, which builds the stage's callable class: journaled, bounded when it crashes.
 
     A callable class is built in its actor: a constructor that kills its process every time would be
     restarted by Ray without end. Each attempt is journaled under the actor's id (the same across its
-    restarts); past max_crash_retries the stage fails, typed.
+    restarts); past max_crash_retries the stage fails, typed. Every client journals: a coordinator's
+    in the coordinator, a flat plan's on each node (:class:`~lineage_data._ray.typestore.TypeStore`).
     """
-    journaled = stage.call.is_class and hasattr(client, "attempt")  # (a flat plan: no journal)
-    actor = ray.get_runtime_context().get_actor_id() if journaled else None
+    actor = ray.get_runtime_context().get_actor_id() if stage.call.is_class else None
     key = f"constructor of actor {actor}"
     if actor is not None:
         crashes, _ = client.attempt(stage.name, key, ())
@@ -356,7 +361,7 @@ def one_piece(table: pa.Table) -> pa.Table:
     return table.combine_chunks()  # ten times faster than Ray's, which goes column by column
 
 
-def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
+def source_dataset(plan: Plan, client: Client) -> ray.data.Dataset:
     """The level-0 rows of ``plan`` with their lineage columns (excluded roots left out).
 
     Sources that know their roots up front (items, files) need no registration: the driver expects
@@ -376,7 +381,9 @@ def source_dataset(plan: Plan, client: Any) -> ray.data.Dataset:
                 FileDatasource(src.reader, files, files_per_task=src.files_per_task)
             )
         case RaySource() as src:
-            registry = client.for_stage("from_ray") if hasattr(client, "register_roots") else None
+            registry = (
+                client.for_stage("from_ray") if isinstance(client, CoordinatorClient) else None
+            )
             return _ray_dataset(plan, src, registry)
         case MaterializedSource() as src:
             return _materialized_dataset(plan, src)
@@ -414,7 +421,7 @@ def _in_memory_block_rows(ds: ray.data.Dataset) -> int:
     return min(rows)
 
 
-def _ray_dataset(plan: Plan, src: RaySource, client: Any) -> ray.data.Dataset:
+def _ray_dataset(plan: Plan, src: RaySource, client: RootRegistry | None) -> ray.data.Dataset:
     """The user's dataset with lineage columns; ``client`` None: tagged, not registered (flat plan)."""
     id_column = src.id_column
     # The closure travels with every source task: it must not hold the plan, whose source is the
@@ -481,7 +488,7 @@ def _materialized_dataset(plan: Plan, src: MaterializedSource) -> ray.data.Datas
 
 def lower(
     plan: Plan,
-    client: Any,
+    client: Client,
     holder_sets: dict[int, Any],
     *,
     rows_per_block: int | None = None,

@@ -18,6 +18,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 
+from lineage_data._core.state import StageClient
 from lineage_data._ray.compat import kv_delete_prefix, kv_get, kv_multi_get, kv_put_new
 from lineage_data._ray.deaths import this_worker, why_died
 
@@ -25,8 +26,8 @@ _NAMESPACE = "lineage_data"
 _SEP = "\x1f"
 
 
-class TypeStore:
-    """The client a flat plan's operators get instead of a coordinator's.
+class TypeStore(StageClient):
+    """The client a flat plan's operators get instead of a coordinator's: a :class:`StageClient`.
 
     ``establish_types``, and the crash journal of :mod:`lineage_data._core.guard` (``attempt``,
     ``hung``) kept in files on each node (see :class:`_NodeJournal`). Picklable (two strings).
@@ -62,15 +63,15 @@ class TypeStore:
         """Nothing to keep: a flat plan has no reduce, so no empty group asks for its columns."""
 
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
-        """:meth:`LineageState.attempt <lineage_data._core.state.LineageState.attempt>`, per node."""
+        """:meth:`Journal.attempt <lineage_data._core.state.Journal.attempt>`, on this node."""
         return _journal(self._run_id).attempt(stage, key, ended)
 
     def hung(self, stage: str, key: str) -> None:
-        """:meth:`LineageState.hung <lineage_data._core.state.LineageState.hung>`, per node."""
+        """:meth:`Journal.hung <lineage_data._core.state.Journal.hung>`, on this node."""
         _journal(self._run_id).hung(stage, key)
 
     def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
-        """:meth:`LineageState.suspects <lineage_data._core.state.LineageState.suspects>`, per node."""
+        """:meth:`Journal.suspects <lineage_data._core.state.Journal.suspects>`, on this node."""
         return _journal(self._run_id).suspects(stage, keys)
 
     def why_crashed(self, stage: str, key: str) -> str | None:
@@ -97,6 +98,9 @@ def _journal_dir(run_id: str) -> str:
 
 class _NodeJournal:
     """Attempts as files on this node: one directory per (stage, key), one file per attempt.
+
+    The :class:`~lineage_data._core.state.journal.AttemptJournal` of a flat plan (the same answers),
+    each attempt naming its own process.
 
     A flat plan has no coordinator to journal in, and a GCS round trip per block is what a flat plan
     runs without a coordinator to avoid; an attempt and the previous end cost ~0.1 ms in files here.

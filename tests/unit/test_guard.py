@@ -17,7 +17,7 @@ def test_an_attempt_that_never_ends_is_a_crash_and_ended_ones_are_forgotten():
     assert state.attempt("s", "other", ["k"]) == (0, 0)
     assert state.attempt("s", "k") == (1, 0)  # one of the two earlier attempts ended
     state.attempt("s", None, ["k", "k", "other"])
-    assert state._attempts == {}  # every attempt ended: nothing kept
+    assert state.journal._attempts == {}  # every attempt ended: nothing kept
     assert state.attempt("t", "k") == (0, 0)  # keys are per stage
 
 
