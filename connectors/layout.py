@@ -55,9 +55,9 @@ def reading_order(boxes: Sequence[Box]) -> list[int]:
     """The indices of ``boxes`` in reading order (recursive XY-cut; see the module docstring).
 
     Example:
-        >>> title = (0, 0, 200, 10)
-        >>> left = [(0, 40, 90, 50), (0, 55, 90, 65)]
-        >>> right = [(110, 40, 200, 50), (110, 55, 200, 65)]
+        >>> title = (0, 0, 400, 10)
+        >>> left = [(0, 40, 190, 50), (0, 55, 190, 65)]
+        >>> right = [(210, 40, 400, 50), (210, 55, 400, 65)]
         >>> reading_order([right[1], left[0], title, right[0], left[1]])
         [2, 1, 4, 3, 0]
     """
