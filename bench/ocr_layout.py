@@ -10,7 +10,9 @@ onnxruntime thread). The reference is the page's own text layer (:func:`lineage_
   (wall and CPU).
 * **two columns**: pages 2k and 2k+1 of a PDF placed side by side on one page (each imported as a
   form XObject, text layer kept), read with the XY-cut order (``after``) and with RapidOCR's
-  ``sorted_boxes`` and the old same-row rule (``before``), word similarity per document.
+  ``sorted_boxes`` and the old same-row rule (``before``), word similarity per document; and the
+  same source pages read one at a time (``one_column``), which separates the layout's losses
+  from the recognizer's on those pages.
 
 Run: ``python -m bench.ocr_layout --input A.pdf --input B.pdf --out bench/results``.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import re
 import statistics
 import time
@@ -140,6 +143,17 @@ def pages(data: bytes, dpi: float, count: int | None = None) -> list[dict[str, A
     return [out[round(k * (len(out) - 1) / max(1, count - 1))] for k in range(count)]
 
 
+def _first_pages(data: bytes, dpi: float, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` rendered pages of a PDF, none skipped."""
+    from lineage_data.connectors.pdf import render_pages
+
+    rendered = render_pages({"bytes": data}, dpi=dpi, max_pixels=MAX_PIXELS, max_pages=None)
+    try:
+        return list(itertools.islice(rendered, count))
+    finally:
+        rendered.close()
+
+
 def _page_text(lines: list[dict[str, Any]]) -> str:
     from lineage_data.connectors.ocr import page_text
 
@@ -179,7 +193,8 @@ def two_columns(reader: Reader, data: bytes, dpi: float, pairs: int) -> dict[str
     from lineage_data.connectors.ocr import word_similarity
 
     rows = pages(two_column_pdf(data, pairs), dpi)
-    after, before, refs, seconds, cpu = [], [], [], [], []
+    singles = dict(enumerate(_first_pages(data, dpi, 2 * pairs)))
+    after, before, alone, refs, seconds, cpu = [], [], [], [], [], []
     for page in rows:
         start, start_cpu = time.perf_counter(), time.process_time()
         lines = reader.lines(page["image"])
@@ -188,12 +203,16 @@ def two_columns(reader: Reader, data: bytes, dpi: float, pairs: int) -> dict[str
         after.append(_page_text(lines))
         before.append(old_page_text(lines))
         refs.append(page["reference"])
+        sides = [singles.get(2 * page["page_index"] + side) for side in (0, 1)]
+        alone.append("\n".join(_page_text(reader.lines(s["image"])) for s in sides if s))
     ref = "\n\n".join(refs)
     return {
         "pages": len(rows),
         "dpi": dpi,
         "word_similarity_after": round(word_similarity("\n\n".join(after), ref), 4),
         "word_similarity_before": round(word_similarity("\n\n".join(before), ref), 4),
+        # the same source pages read one at a time: what the recognizer gets without a layout
+        "word_similarity_one_column": round(word_similarity("\n\n".join(alone), ref), 4),
         "per_page_after": [
             round(word_similarity(h, r), 4) for h, r in zip(after, refs, strict=True)
         ],

@@ -6,7 +6,10 @@ detectors and models), and the algorithm is short: it is written here.
 A region of boxes is cut along whitespace bands that cross it whole:
 
 1. a **gutter**: a vertical band cuts it into columns, left to right (pieces side by side over
-   less than 1.5 line heights are no columns: a line beside a short label is one row);
+   less than 1.5 line heights are no columns: a line beside a short label is one row; nor is a
+   piece narrower than 10 line heights, a text column's least width, beside one clearly wider:
+   the labels of a table, an option list or a code block stand beside their values, read row
+   by row as the text layer has them);
 2. a **break**: a horizontal band clearly taller than the page's line spacing (a title above
    columns, a footer below them, a paragraph gap in one column) cuts it into blocks, top to
    bottom. When a region has both, the wider band wins: the paragraph gaps of two columns that
@@ -33,6 +36,8 @@ Box = tuple[float, float, float, float]
 
 _TOLERANCE = 0.1  # of the median line height, per side: boxes overlapping by 2x this still cut
 _COLUMN = 1.5  # columns stand side by side over more than this many line heights
+_COLUMN_WIDTH = 10.0  # a text column is at least this many line heights wide ...
+_LABELS = 0.8  # ... a narrower piece, less wide than this fraction of its neighbour, is labels
 _BREAK = 0.5  # a break is this many line heights taller than the page's usual line spacing
 
 
@@ -51,9 +56,9 @@ def reading_order(boxes: Sequence[Box]) -> list[int]:
     """The indices of ``boxes`` in reading order (recursive XY-cut; see the module docstring).
 
     Example:
-        >>> title = (0, 0, 200, 10)
-        >>> left = [(0, 40, 90, 50), (0, 55, 90, 65)]
-        >>> right = [(110, 40, 200, 50), (110, 55, 200, 65)]
+        >>> title = (0, 0, 400, 10)
+        >>> left = [(0, 40, 190, 50), (0, 55, 190, 65)]
+        >>> right = [(210, 40, 400, 50), (210, 55, 400, 65)]
         >>> reading_order([right[1], left[0], title, right[0], left[1]])
         [2, 1, 4, 3, 0]
     """
@@ -136,8 +141,9 @@ class _Page:
         """The region cut at its gutters and the widest gutter's width, or None.
 
         Pieces side by side over no more than ``_COLUMN`` line heights are not columns but one
-        text line with a wide space (a line beside a short label): they stay together and the
-        rows cut them.
+        text line with a wide space (a line beside a short label), nor is a piece narrower than
+        ``_COLUMN_WIDTH`` line heights beside one clearly wider (a table's labels beside their
+        values): they stay together and the rows cut them.
         """
         gaps = self._gaps(region, axis=0)
         pieces = self._split(region, gaps, axis=0) if gaps else None
@@ -145,7 +151,9 @@ class _Page:
             return None
         columns = [pieces[0]]
         for piece in pieces[1:]:
-            if self._side_by_side(columns[-1], piece) > _COLUMN * self.height:
+            if self._side_by_side(columns[-1], piece) > _COLUMN * self.height and not self._labels(
+                columns[-1], piece
+            ):
                 columns.append(piece)
             else:
                 columns[-1] = columns[-1] + piece
@@ -156,6 +164,14 @@ class _Page:
             for left, right in zip(columns, columns[1:], strict=False)
         )
         return columns, widest
+
+    def _labels(self, a: list[int], b: list[int]) -> bool:
+        """One piece narrower than a text column and than ``_LABELS`` of the other: labels."""
+        narrow, wide = sorted((self._width(a), self._width(b)))
+        return narrow < _COLUMN_WIDTH * self.height and narrow < _LABELS * wide
+
+    def _width(self, piece: list[int]) -> float:
+        return max(self.boxes[i][2] for i in piece) - min(self.boxes[i][0] for i in piece)
 
     def _side_by_side(self, a: list[int], b: list[int]) -> float:
         """How far the vertical extents of two pieces overlap."""

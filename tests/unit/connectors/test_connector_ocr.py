@@ -19,6 +19,7 @@ from lineage_data.connectors.errors import CorruptInputError
 from lineage_data.connectors.ocr import (
     DetectLines,
     RecognizeLines,
+    _gap_spaces,  # the pure rule of gap_spaces
     character_error_rate,
     document_text,
     page_text,
@@ -220,6 +221,48 @@ def test_chunks_of_crops_padded_together_keep_the_batch_order(lines):
     crops = [line["crop"] for line in reversed(lines)]  # widths out of order: the model sorts them
     out = RecognizeLines(chunk_size=3)({"crop": crops})
     assert_reads(out["text"], LINES[::-1])
+
+
+def line_of(ink):
+    """A crop drawn as one column per character of ``ink`` ("#" ink, " " blank), and the
+    centre of each ink run (one per recognized character)."""
+    empty = [c == " " for c in ink]
+    centres, start = [], None
+    for x, c in enumerate(ink + " "):
+        if c != " " and start is None:
+            start = x
+        elif c == " " and start is not None:
+            centres.append((start + x - 1) / 2)
+            start = None
+    return centres, empty
+
+
+@pytest.mark.parametrize(
+    ("text", "ink", "expected"),
+    [
+        ("themime", "# # #     # # # #", "the mime"),  # a lost word space comes back
+        ("the mime", "# # #     # # # #", "the mime"),  # the model's own space is kept
+        ("•abc", "#    # # #", "• abc"),  # a bullet and its item
+        # monospace: letters stand apart everywhere, so a gap as wide as theirs is no space
+        ("asn1_node", "#   #   #   #   #   #   #   #   #", "asn1_node"),
+        ("x=1", "#     #     #", "x=1"),  # punctuation gaps are glyph shapes, not spaces
+        ("ASN.1", "# # # #    #", "ASN.1"),
+        ("a", "#", "a"),
+    ],
+)
+def test_gap_spaces_puts_back_only_clear_word_gaps_between_letters(text, ink, expected):
+    centres, empty = line_of(ink)
+    if " " in text:  # the model's space has no ink: it sits between the two letters around it
+        k = text.index(" ")
+        centres.insert(k, (centres[k - 1] + centres[k]) / 2)
+    assert _gap_spaces(text, centres, empty, height=12) == expected
+
+
+def test_gap_spaces_puts_back_the_space_the_model_drops_and_changes_nothing_else(lines):
+    crops = [line["crop"] for line in lines]
+    model = RecognizeLines(gap_spaces=False)({"crop": crops})["text"]
+    assert model[2] == "batch orderretry"  # PP-OCRv4 on Pillow's font
+    assert RecognizeLines()({"crop": crops})["text"] == LINES
 
 
 def test_a_batch_without_the_crop_column_raises_key_error(recognize):

@@ -86,6 +86,34 @@ def test_order_survives_jitter_and_overlap_and_does_not_depend_on_input_order(se
     assert [perm[i] for i in again] == order
 
 
+def table(x0, x1, x2, x3, top, rows):
+    """Rows of a two-column table (an option list, a code block): label, then its description."""
+    return [
+        box
+        for k in range(rows)
+        for box in (
+            (x0, top + k * PITCH, x1, top + k * PITCH + H),
+            (x2, top + k * PITCH, x3, top + k * PITCH + H),
+        )
+    ]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("label", [(40, 140), (40, 60)], ids=["option-list", "code-labels"])
+def test_a_table_of_narrow_labels_is_read_row_by_row_not_as_columns(label, seed):
+    # "-b, --benchmark   perform a benchmark": the labels stand beside their descriptions over
+    # many lines with whitespace between, but a piece a few words wide is no text column.
+    x0, x1 = label
+    rows = table(x0, x1, x1 + 8, 420, 60, 5)
+    page = column(20, 600, 20, 2) + rows + column(20, 600, 60 + 5 * PITCH, 2)
+    boxes, order = ordered(page, seed=seed)
+    assert reading_order(boxes) == order
+    # in the left column of two, beside a right column of text
+    left = column(20, 290, 20, 2) + table(x0, x1, x1 + 8, 290, 60, 5)
+    boxes, order = ordered(left + column(330, 600, 20, 7), seed=seed)
+    assert reading_order(boxes) == order
+
+
 def test_empty_and_single():
     assert reading_order([]) == []
     assert text_rows([]) == []
