@@ -31,7 +31,7 @@ import unicodedata
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from lineage_data._core.failures import RecordFailure
+from lineage_data import RecordFailure
 from lineage_data.connectors import errors
 from lineage_data.connectors.errors import (
     CorruptInputError,

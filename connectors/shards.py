@@ -37,8 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lineage_data import LineageError, PlanError
 from lineage_data._core import columns as C
-from lineage_data._core.errors import LineageError, PlanError
 from lineage_data.connectors import formats, lance_format, schema
 from lineage_data.connectors.manifest import (
     DEAD_LETTER,

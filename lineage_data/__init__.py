@@ -13,7 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lineage_data._core import columns
-from lineage_data._core.errors import (
+from lineage_data._core.failures import GroupFailure, RecordFailure
+from lineage_data._core.outcomes import Outcome
+from lineage_data._core.plan import FilesSource, ItemsSource, Plan, RaySource
+from lineage_data.exceptions import (
     AccountingError,
     ContractError,
     DuplicateRootError,
@@ -22,18 +25,17 @@ from lineage_data._core.errors import (
     HelperLostError,
     LineageError,
     PlanError,
+    S3AccessError,
+    S3BucketNotFoundError,
+    S3ConnectionError,
     StageFailedError,
     UserCodeError,
     WorkerCrashedError,
 )
-from lineage_data._core.failures import GroupFailure, RecordFailure
-from lineage_data._core.outcomes import Outcome
-from lineage_data._core.plan import FilesSource, ItemsSource, Plan, RaySource
 
 if TYPE_CHECKING:
     from lineage_data.dataset import LineageDataset
     from lineage_data.report import RunReport
-    from lineage_data.storage import S3AccessError, S3BucketNotFoundError, S3ConnectionError
 
 # Loaded on first use: a helper actor or a worker imports ``lineage_data._ray...`` (and so this
 # package) without the user API's dependencies (Ray Data, polars, fsspec): the coordinator module's
@@ -41,9 +43,6 @@ if TYPE_CHECKING:
 _LAZY = {
     "LineageDataset": "lineage_data.dataset",
     "RunReport": "lineage_data.report",
-    "S3AccessError": "lineage_data.storage",
-    "S3BucketNotFoundError": "lineage_data.storage",
-    "S3ConnectionError": "lineage_data.storage",
 }
 
 
