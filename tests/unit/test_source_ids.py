@@ -78,7 +78,7 @@ def _every_type() -> pa.Table:
         ArrowVariableShapedTensorArray,
     )
 
-    utc = datetime.timezone.utc
+    utc = datetime.UTC
     return pa.table(
         {
             "int": pa.array([1, None], pa.int64()),
@@ -103,7 +103,9 @@ def _every_type() -> pa.Table:
             "decimal": [decimal.Decimal("1.50"), None],
             "dict": pa.array(["p", "q"]).dictionary_encode(),
             "tensor": ArrowTensorArray.from_numpy(np.arange(4, dtype=np.float32).reshape(2, 2)),
-            "ragged": ArrowVariableShapedTensorArray.from_numpy([np.zeros((1, 2)), np.ones((3, 1))]),
+            "ragged": ArrowVariableShapedTensorArray.from_numpy(
+                [np.zeros((1, 2)), np.ones((3, 1))]
+            ),
             "large": pa.array(["x", "y"], pa.large_string()),
         }
     )
