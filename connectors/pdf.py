@@ -109,9 +109,6 @@ def render_pages(
         image_format: ``"png"`` or ``"jpeg"``.
         page_errors: ``"raise"`` (a bad page fails the document) or ``"keep"`` (see above).
 
-    Returns:
-        An iterator of page rows.
-
     Raises:
         EmptyInputError: Zero bytes, or a PDF with zero pages.
         UnsupportedInputError: The bytes are not a PDF (the message says what they look like).

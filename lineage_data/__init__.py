@@ -192,20 +192,29 @@ def read_files(
         S3AccessError: S3 refused the listing (wrong credentials); the message names the endpoint
             and bucket. Refused credentials while Ray tasks read raise it from the run as well.
     """
-    from lineage_data._ray.datasource import FileSource, file_columns, list_files
+    from lineage_data._ray.datasource import file_columns
     from lineage_data.dataset import LineageDataset
 
     if suffixes is not None and file_extensions is not None:
         raise LineageError("read_files: give file_extensions or its alias suffixes, not both")
+    listing = {
+        "filesystem": filesystem,
+        "file_extensions": file_extensions if suffixes is None else suffixes,
+        "partition_filter": partition_filter,
+        "ignore_missing_paths": ignore_missing_paths,
+    }
     chosen = file_columns(columns, include_paths)
-    fs, files = list_files(
-        paths,
-        filesystem=filesystem,
-        file_extensions=file_extensions if suffixes is None else suffixes,
-        partition_filter=partition_filter,
-        ignore_missing_paths=ignore_missing_paths,
-    )
-    source = FilesSource(
+    return LineageDataset(Plan(_files_source(paths, chosen, files_per_task, **listing)))
+
+
+def _files_source(
+    paths: str | Sequence[str], chosen: tuple[str, ...], files_per_task: int, **listing: Any
+) -> FilesSource:
+    """The source of :func:`read_files`: the files listed now, their ``chosen`` columns read later."""
+    from lineage_data._ray.datasource import FileSource, list_files
+
+    fs, files = list_files(paths, **listing)
+    return FilesSource(
         reader=FileSource(fs, chosen),
         files=tuple(files),
         files_per_task=files_per_task,
@@ -213,7 +222,6 @@ def read_files(
         roots=tuple(uri for uri, _ in files),
         columns=frozenset(chosen),
     )
-    return LineageDataset(Plan(source))
 
 
 def init(address: str | None = None, **ray_init_kwargs: Any) -> None:
