@@ -30,6 +30,7 @@ __all__ = [
     "LineageError",
     "OversizedInputError",
     "PlanError",
+    "RayCompatError",
     "S3AccessError",
     "S3BucketNotFoundError",
     "S3ConnectionError",
@@ -99,6 +100,14 @@ class HelperLostError(LineageError):
 
 class ExecutionError(LineageError):
     """The Ray execution failed for a reason outside user code; the message names the stage."""
+
+
+class RayCompatError(LineageError):
+    """A private Ray symbol the library relies on is gone or changed (a Ray upgrade).
+
+    The message names the touchpoint and the Ray release it was written against; every such
+    touchpoint is in ``lineage_data/_ray/compat.py``.
+    """
 
 
 # -- storage (lineage_data.storage) --------------------------------------------------------------
