@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from lineage_data._core.errors import LineageError
+from lineage_data import LineageError
 from lineage_data.connectors.shards import REPORTS_DIR
 from lineage_data.storage import resolve_filesystem, s3_errors
 

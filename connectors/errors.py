@@ -1,9 +1,10 @@
 """Typed input errors raised by the format connectors.
 
-Every connector error is a :class:`~lineage_data._core.errors.LineageError`, so one
+Every connector error is a :class:`~lineage_data.exceptions.LineageError`, so one
 ``except ld.LineageError`` catches them all, and the leaf type says *why* an input was rejected. The
 message names the input (its path when the row has one) and the cause:
 
+    >>> from lineage_data import LineageError
     >>> error = EncryptedInputError.for_input("s3://b/a.pdf", "needs a password")
     >>> isinstance(error, LineageError), str(error)
     (True, 's3://b/a.pdf: needs a password')
@@ -11,9 +12,17 @@ message names the input (its path when the row has one) and the cause:
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from lineage_data._core.errors import LineageError
+from lineage_data.exceptions import (
+    ConnectorError,
+    CorruptInputError,
+    EmptyInputError,
+    EncryptedInputError,
+    OversizedInputError,
+    TruncatedInputError,
+    UnsupportedInputError,
+)
 
 __all__ = [
     "ConnectorError",
@@ -26,50 +35,6 @@ __all__ = [
     "input_name",
     "sniff_format",
 ]
-
-
-_E = TypeVar("_E", bound="ConnectorError")
-
-
-class ConnectorError(LineageError):
-    """Root of the connector errors: an input a connector cannot turn into rows."""
-
-    @classmethod
-    def for_input(cls: type[_E], name: str, cause: str) -> _E:
-        """Build the error with the standard ``"<input>: <cause>"`` message.
-
-        Args:
-            name: What names the input, usually from :func:`input_name`.
-            cause: Why the input was rejected, in a few words.
-
-        Returns:
-            An instance of ``cls``; the caller raises it.
-        """
-        return cls(f"{name}: {cause}")
-
-
-class CorruptInputError(ConnectorError):
-    """The input has the right type but its structure cannot be parsed or decoded."""
-
-
-class EncryptedInputError(ConnectorError):
-    """The input is encrypted (e.g. a PDF that needs a password) and cannot be read without it."""
-
-
-class EmptyInputError(ConnectorError):
-    """The input has no content: zero bytes, a PDF with zero pages, a video with no frames."""
-
-
-class UnsupportedInputError(ConnectorError):
-    """The input is of the wrong type for this connector (e.g. a PNG handed to the PDF reader)."""
-
-
-class OversizedInputError(ConnectorError):
-    """The input exceeds a configured cap (bytes, pages, seconds, frames)."""
-
-
-class TruncatedInputError(ConnectorError):
-    """The input ends early: its container says more data follows than the bytes hold."""
 
 
 def input_name(row: dict[str, Any], *, kind: str = "input") -> str:

@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lineage_data._core import columns as C
+from lineage_data import ROOT
 
 FORMATS = ("parquet", "webdataset", "jsonl", "lance")
 # lance: the staged rows (Arrow IPC); the shard itself is a Lance data file (lance_format)
@@ -118,7 +118,7 @@ class JsonlFile(ShardFile):
     def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
         lines = []
         for row in table.to_pylist():
-            root = row.pop(C.ROOT)
+            root = row.pop(ROOT)
             text = row.pop(self._text, None) if self._text else None
             document = {
                 "id": root,
@@ -149,7 +149,7 @@ class TarFile(ShardFile):
 
     def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
         for row in table.to_pylist():
-            root = row.pop(C.ROOT)
+            root = row.pop(ROOT)
             key = sample_key(root)
             if self._text is not None:
                 self._member(f"{key}.txt", (row.pop(self._text, None) or "").encode())

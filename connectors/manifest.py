@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lineage_data._core import columns as C
-from lineage_data._core.errors import LineageError
+from lineage_data import ROOT
 from lineage_data.connectors.s3 import resolve_filesystem, s3_errors
+from lineage_data.exceptions import ShardError
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
@@ -64,10 +64,6 @@ REPORTS_DIR = "_reports"
 STAGING_DIR = (
     "_staging"  # data files being written on a local disk (renamed into place when complete)
 )
-
-
-class ShardError(LineageError):
-    """The shard directory cannot be used as asked (e.g. it holds shards and resume is off)."""
 
 
 @dataclass(frozen=True)
@@ -210,19 +206,19 @@ def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None 
     with _storage(path, filesystem) as (fs, root):
         # Parquet shards; tar and JSONL shards are read by their own libraries (lineage_data.connectors.formats)
         entries = tuple(e for e in load_manifest(fs, root).shards if e.file.endswith(".parquet"))
-        if columns is not None and C.ROOT not in columns:
-            columns = [C.ROOT, *columns]
+        if columns is not None and ROOT not in columns:
+            columns = [ROOT, *columns]
         read = _read_files(fs, root, entries, columns)
     tables: list[pa.Table] = []
     seen: set[str] = set()
     for entry, table in zip(entries, read, strict=True):
         again = seen.intersection(entry.roots)
         if again:
-            table = table.filter(pc.invert(pc.is_in(table[C.ROOT], pa.array(sorted(again)))))
+            table = table.filter(pc.invert(pc.is_in(table[ROOT], pa.array(sorted(again)))))
         seen.update(entry.roots)
         tables.append(table)
     if not tables:
-        return pa.table({C.ROOT: pa.array([], pa.string())})
+        return pa.table({ROOT: pa.array([], pa.string())})
     return concat_tables(tables)
 
 

@@ -45,7 +45,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from lineage_data._core.failures import RecordFailure
+from lineage_data import RecordFailure
 from lineage_data.connectors import errors
 from lineage_data.connectors.errors import CorruptInputError
 from lineage_data.connectors.layout import quad_to_box, reading_order, text_rows

@@ -60,8 +60,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 
-from lineage_data._core.errors import StageFailedError, describe
-from lineage_data._core.failures import RecordFailure
+from lineage_data import RecordFailure, StageFailedError
+from lineage_data._core.errors import describe
 from lineage_data.connectors._prompt import batch_columns, format_prompt, template_fields
 
 __all__ = ["NUM_GENERATED_TOKENS", "NUM_PROMPT_TOKENS", "OpenAIChatStage"]

@@ -31,7 +31,7 @@ import unicodedata
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from lineage_data._core.failures import RecordFailure
+from lineage_data import RecordFailure
 from lineage_data.connectors import errors
 from lineage_data.connectors.errors import (
     CorruptInputError,
@@ -108,9 +108,6 @@ def render_pages(
         render: Render page images; False skips rendering (and pillow) entirely.
         image_format: ``"png"`` or ``"jpeg"``.
         page_errors: ``"raise"`` (a bad page fails the document) or ``"keep"`` (see above).
-
-    Returns:
-        An iterator of page rows.
 
     Raises:
         EmptyInputError: Zero bytes, or a PDF with zero pages.

@@ -17,6 +17,13 @@ Exactly-once: an entry's name hashes the run id, the kind and the sorted roots o
 write task retried inside one run commits nothing twice; a new run excludes the committed roots from
 its plan (``exclude_roots``) before it starts. One writer per path at a time.
 
+Rolling: shards are committed by Ray write tasks while the pipeline runs, cut as a streaming file
+sink rolls its files: a task gets ``rows_per_shard`` terminal rows, or fewer once they reach
+``max_bytes_per_shard`` or its first row is ``max_shard_interval_s`` seconds old (whichever comes
+first), and its PRESENT rows make one shard. So a job smaller or slower than one shard's rows still
+commits shards as it goes. The lineage accounting check runs when the run ends; shards committed
+before a failure stay committed, and a rerun resumes after them.
+
 Resume: by default every root with a manifest entry (shard or dead letter) is skipped: failed roots
 are *not* retried. With ``retry_failed=True`` dead-lettered roots run again; one that then reaches a
 shard leaves :func:`read_dead_letter`, one that fails again shows its newest dead-letter row only.
@@ -37,8 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lineage_data import LineageError, PlanError
 from lineage_data._core import columns as C
-from lineage_data._core.errors import LineageError, PlanError
 from lineage_data.connectors import formats, lance_format, schema
 from lineage_data.connectors.manifest import (
     DEAD_LETTER,
@@ -422,37 +429,23 @@ def write_shards(
 ) -> ShardResult:
     """Run ``ds`` and write its rows as training shards under ``path``, exactly once per root.
 
-    Shards are committed by Ray write tasks while the pipeline runs, rolled as a streaming file
-    sink rolls its files: a task gets ``rows_per_shard`` terminal rows, or fewer once they reach
-    ``max_bytes_per_shard`` or its first row is ``max_shard_interval_s`` seconds old (whichever
-    comes first), and its PRESENT rows make one shard. So a job smaller or slower than one shard's
-    rows still commits shards as it goes. The lineage accounting check runs when the run ends;
-    shards committed before a failure stay committed, and a rerun resumes after them.
-
     Args:
         ds: A closed lineage plan (``ds.level == 0``).
         path: Directory (local path or fsspec URL, e.g. ``s3://bucket/shards``).
         rows_per_shard: Most rows per shard.
         max_bytes_per_shard: Most Arrow (uncompressed) bytes per shard.
-        max_shard_interval_s: Seconds after its first row a shard is committed at the latest
-            (None: only the row and byte bounds cut shards).
+        max_shard_interval_s: Most seconds from a shard's first row to its commit (None: none).
         filesystem: An fsspec (or pyarrow) filesystem; inferred from ``path`` when None.
         row_group_rows: Rows per Parquet row group; None writes each shard as one row group.
         resume: Skip roots already committed under ``path``. False refuses a path that holds any.
         retry_failed: Also run the roots in the dead-letter table again (only with ``resume``).
-        create_bucket: On S3, create the bucket of ``path`` if it does not exist; by default a
-            missing bucket is an error (a mistyped name must not become a new bucket).
-        format: ``"parquet"``, ``"webdataset"`` (tar shards, one sample per document),
-            ``"jsonl"`` (gzip JSON lines of Dolma-style documents) or ``"lance"`` (``path`` is a
-            Lance dataset, one fragment per shard; local paths; the first shard's schema is final);
-            see :mod:`lineage_data.connectors.formats` and :mod:`lineage_data.connectors.lance_format`.
-            Dead letters are Parquet in every format.
-        text_column: The column holding a document's text for the ``.txt`` member or the
-            ``text`` field (default ``markdown``, else ``text``).
+        create_bucket: On S3, create the bucket of ``path`` if missing (else that is an error).
+        format: ``"parquet"``, ``"webdataset"``, ``"jsonl"`` (:mod:`~lineage_data.connectors.formats`)
+            or ``"lance"`` (a local Lance dataset, one fragment per shard, the first shard's schema
+            final; :mod:`~lineage_data.connectors.lance_format`). Dead letters are Parquet.
+        text_column: The text of a document (default ``markdown``, else ``text``).
         source: The ``source`` field of JSONL documents.
-        schema: The shards' schema (``_lineage_root`` first), fixed before the first shard: every
-            shard has exactly it, and rows with another column fail the run. By default the first
-            shard's schema is recorded and later columns are added to it (:mod:`lineage_data.connectors.schema`).
+        schema: Every shard's schema, fixed in advance (default: the first shard's, then grown).
 
     Returns:
         A :class:`ShardResult` for this call.
@@ -464,10 +457,71 @@ def write_shards(
         S3BucketNotFoundError: The bucket does not exist and ``create_bucket`` is False.
         ValueError: A size argument is not positive.
     """
+    _check_arguments(ds, rows_per_shard, max_bytes_per_shard, row_group_rows, format)
+    fs, root, skip = _open_directory(path, filesystem, resume, retry_failed, create_bucket)
+    run = ds.exclude_roots(skip) if skip else ds
+    sink_options = {
+        "row_group_rows": row_group_rows,
+        "format": format,
+        "text_column": text_column,
+        "source": source,
+        "schema": schema,
+    }
+    rolling = (rows_per_shard, max_bytes_per_shard, max_shard_interval_s)
+    run_id = _run(run, fs, root, path, rolling, sink_options)
+    return _result(fs, root, path, run, run_id, skipped=len(skip))
+
+
+def _check_arguments(
+    ds: LineageDataset, rows: int, max_bytes: int, row_group_rows: int | None, fmt: str
+) -> None:
     if ds.level != 0:
         raise PlanError(f"write_shards needs a closed plan (level 0), got level {ds.level}")
-    _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
-    _check_format(format)
+    _check_sizes(rows, max_bytes, row_group_rows)
+    _check_format(fmt)
+
+
+def _run(
+    run: LineageDataset,
+    fs: Any,
+    root: str,
+    path: str,
+    rolling: tuple[int, int, float | None],
+    sink_options: dict[str, Any],
+) -> str:
+    """Run ``run`` into the shard directory; its report is saved beside the shards even if it fails.
+
+    ``rolling``: rows, bytes and seconds that cut a shard. Returns the new run's id.
+    """
+    rows, max_bytes, interval_s = rolling
+    run_id = uuid.uuid4().hex
+    sink = _datasink_class()(
+        fs, root, run_id=run_id, rows_per_shard=rows, max_bytes_per_shard=max_bytes, **sink_options
+    )
+    # a Lance directory has one Lance committer: this call's (lance_format explains why)
+    lance = sink_options["format"] == "lance"
+    try:
+        with lance_format.committer(fs, root) if lance else contextlib.nullcontext():
+            run.write_datasink(
+                sink,
+                rows_per_write=rows,
+                max_bytes_per_write=max_bytes,
+                max_write_interval_s=interval_s,
+            )
+    finally:
+        with s3_errors(path, fs):
+            _save_report(fs, root, run, run_id)
+    return run_id
+
+
+def _open_directory(
+    path: str, filesystem: Any, resume: bool, retry_failed: bool, create_bucket: bool
+) -> tuple[Any, str, set[str]]:
+    """``(fs, root, roots to skip)`` of a shard directory made ready for a new run.
+
+    Checks access (creating the bucket if asked), creates the layout's folders, refuses a directory
+    with entries when ``resume`` is off, and removes the files a killed run left without an entry.
+    """
     fs, root = resolve_filesystem(path, filesystem)
     check_access(fs, root, create_bucket=create_bucket)
     with s3_errors(path, fs):
@@ -481,34 +535,13 @@ def write_shards(
         )
     if before.entries:  # one writer per path: files a killed run left without an entry go
         remove_orphans(path, filesystem=fs)
-    skip = before.present_roots if retry_failed else before.committed_roots
-    run = ds.exclude_roots(skip) if skip else ds
-    run_id = uuid.uuid4().hex
-    sink = _datasink_class()(
-        fs,
-        root,
-        run_id=run_id,
-        rows_per_shard=rows_per_shard,
-        max_bytes_per_shard=max_bytes_per_shard,
-        row_group_rows=row_group_rows,
-        format=format,
-        text_column=text_column,
-        source=source,
-        schema=schema,
-    )
-    # a Lance directory has one Lance committer: this call's (lance_format explains why)
-    lance = lance_format.committer(fs, root) if format == "lance" else contextlib.nullcontext()
-    try:
-        with lance:
-            run.write_datasink(
-                sink,
-                rows_per_write=rows_per_shard,
-                max_bytes_per_write=max_bytes_per_shard,
-                max_write_interval_s=max_shard_interval_s,
-            )
-    finally:
-        with s3_errors(path, fs):
-            _save_report(fs, root, run, run_id)
+    return fs, root, before.present_roots if retry_failed else before.committed_roots
+
+
+def _result(
+    fs: Any, root: str, path: str, run: LineageDataset, run_id: str, *, skipped: int
+) -> ShardResult:
+    """What run ``run_id`` committed, from the manifest (what the manifest says is the truth)."""
     with s3_errors(path, fs):
         mine = [e for e in load_manifest(fs, root).entries if e.run_id == run_id]
     shards = [e for e in mine if e.kind == SHARD]
@@ -517,7 +550,7 @@ def write_shards(
         tuple(e.file for e in shards),
         sum(e.rows for e in shards),
         dead,
-        len(skip),
+        skipped,
         join_path(path, MANIFEST_DIR),
         run.report(),
         run_id,

@@ -23,6 +23,9 @@ returned. To avoid that overhead, each nominal boundary (every ``clip_seconds``)
 nearest keyframe within ``snap_seconds``; a clip whose both ends sit on keyframes (or the ends of
 the video) has ``keyframe_aligned=True`` and holds exactly its own frames.
 
+This module holds :func:`split_clips`; :mod:`~lineage_data.connectors.video_clips` the two that
+read a clip (importable from here too), and ``_av`` the PyAV plumbing all three share.
+
 Needs ``pip install 'lineage-data[video]'`` (PyAV, and pillow for JPEG frames); numpy, already a
 dependency of Ray Data, computes audio levels. This module imports none of them until called.
 """
@@ -37,16 +40,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from lineage_data.connectors._av import (
+    _EPS,
+    CLIP_TIMEOUT_S,
+    _check_duration,
+    _checked_bytes,
+    _frame_seconds,
+    _GiB,
+    _import_av,
+    _open_container,
+    _packet_seconds,
+    _seconds,
+    mp4_truncation,
+)
 from lineage_data.connectors.errors import (
     CorruptInputError,
     EmptyInputError,
-    OversizedInputError,
     TruncatedInputError,
-    UnsupportedInputError,
-    input_bytes,
     input_name,
-    sniff_format,
 )
+from lineage_data.connectors.video_clips import clip_audio, sample_frames
 
 __all__ = [
     "CLIP_TIMEOUT_S",
@@ -56,34 +69,6 @@ __all__ = [
     "sample_frames",
     "split_clips",
 ]
-
-#: The ``timeout_s`` a stage of :func:`split_clips`, :func:`sample_frames` or :func:`clip_audio`
-#: gets unless it is given one (their ``default_timeout_s``): no next clip or frame (or no audio
-#: statistics for a clip) in this long is a hang in libav, and that video (or clip) fails with
-#: ``TimeoutError`` instead of stalling the job. ``timeout_s=math.inf`` on the verb turns it off.
-CLIP_TIMEOUT_S = 300.0
-
-_GiB = 1 << 30
-_INSTALL_HINT = "pip install 'lineage-data[video]'"
-_VIDEO_KINDS = {
-    "MP4/QuickTime video",
-    "Matroska/WebM video",
-    "AVI video",
-    "FLV video",
-    "MPEG-TS video",
-    "MPEG-PS video",
-    "Ogg media",
-}
-# Timestamps pass through Matroska's millisecond clock; compare times with this slack.
-_EPS = 0.001
-
-
-def _import_av() -> Any:
-    try:
-        import av
-    except ImportError as exc:
-        raise ImportError(f"the video connector needs PyAV: {_INSTALL_HINT}") from exc
-    return av
 
 
 # ------------------------------------------------------------------------------------ split_clips
@@ -242,76 +227,6 @@ def clip_bounds(
     return bounds
 
 
-def _checked_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | None) -> bytes:
-    """``row[key]`` as ``bytes``, after the checks that need no demuxer."""
-    data = input_bytes(row, key, name, max_bytes)
-    kind = sniff_format(data)
-    if kind not in _VIDEO_KINDS and kind not in ("text", "unknown binary"):
-        raise UnsupportedInputError.for_input(name, f"not a video (looks like {kind})")
-    if kind == "MP4/QuickTime video" and (cut := mp4_truncation(data)):
-        raise TruncatedInputError.for_input(name, cut)
-    return data
-
-
-def mp4_truncation(data: bytes) -> str | None:
-    """Why an ISO-BMFF (MP4/MOV) file looks cut short, or None if its top-level boxes are whole.
-
-    Walks the top-level boxes: a box that declares more bytes than remain, or a file with no
-    ``moov`` box (the index, which FFmpeg writes last by default), means the file was truncated.
-
-    Example:
-        >>> box = (16).to_bytes(4, "big") + b"ftypisom" + bytes(4)
-        >>> mp4_truncation(box + (8).to_bytes(4, "big") + b"moov")
-        >>> mp4_truncation(box + (99).to_bytes(4, "big") + b"mdat")
-        "box 'mdat' at offset 16 declares 99 bytes, but only 8 remain"
-    """
-    pos, n, seen = 0, len(data), set()
-    while pos + 8 <= n:
-        size, kind = int.from_bytes(data[pos : pos + 4], "big"), data[pos + 4 : pos + 8]
-        header = 8
-        if size == 1 and pos + 16 <= n:
-            size, header = int.from_bytes(data[pos + 8 : pos + 16], "big"), 16
-        elif size == 0:
-            size = n - pos
-        label = kind.decode("latin-1")
-        if size < header:
-            return None  # not a box layout we understand; let the demuxer judge
-        if pos + size > n:
-            return f"box {label!r} at offset {pos} declares {size} bytes, but only {n - pos} remain"
-        seen.add(kind)
-        pos += size
-    if pos < n:
-        return f"{n - pos} stray bytes at offset {pos} where a box header should start"
-    return None if b"moov" in seen else "no 'moov' box (the index): the file was cut before it"
-
-
-def _open_container(av: Any, data: bytes, name: str, *, require_video: bool = True) -> Any:
-    """Open ``data`` with FFmpeg, turning refusals into typed errors."""
-    try:
-        container = av.open(io.BytesIO(data), mode="r")
-    except av.error.FFmpegError as exc:
-        kind = sniff_format(data)
-        if kind in _VIDEO_KINDS:
-            cause = f"FFmpeg cannot open this {kind} ({exc})"
-            raise CorruptInputError.for_input(name, cause) from exc
-        cause = f"not a video container (looks like {kind})"
-        raise UnsupportedInputError.for_input(name, cause) from exc
-    fmt = container.format.name
-    image_like = fmt.endswith("_pipe") or fmt in ("image2", "tty")
-    if image_like or (require_video and not container.streams.video):
-        found = [s.type for s in container.streams] or ["none"]
-        container.close()
-        raise UnsupportedInputError.for_input(
-            name, f"no video stream (format {fmt!r}, streams: {', '.join(found)})"
-        )
-    return container
-
-
-def _seconds(packet: Any) -> float | None:
-    ts = packet.pts if packet.pts is not None else packet.dts
-    return None if ts is None else float(ts * packet.time_base)
-
-
 def _demux(av: Any, container: Any, name: str, max_seconds: float | None) -> _Demuxed:
     """Read every packet of the first video and audio streams, grouped for clipping."""
     video = container.streams.video[0]
@@ -347,15 +262,6 @@ def _demux(av: Any, container: Any, name: str, max_seconds: float | None) -> _De
     return _Demuxed(video, audio if audio_packets else None, gops, audio_packets, end_s)
 
 
-def _packet_seconds(packet: Any) -> float:
-    return float((packet.duration or 0) * packet.time_base)
-
-
-def _frame_seconds(video: Any) -> float:
-    rate = video.average_rate or video.guessed_rate
-    return float(1 / rate) if rate else 0.04
-
-
 def _fps(video: Any, demuxed: _Demuxed) -> float:
     rate = video.average_rate or video.guessed_rate
     if rate:
@@ -363,13 +269,6 @@ def _fps(video: Any, demuxed: _Demuxed) -> float:
     frames = sum(len(gop.packets) for gop in demuxed.gops)
     span = demuxed.end_s - demuxed.gops[0].start_s
     return round(frames / span, 6) if span > 0 else 0.0
-
-
-def _check_duration(name: str, seconds: float | None, max_seconds: float | None) -> None:
-    if seconds is not None and max_seconds is not None and seconds > max_seconds:
-        raise OversizedInputError.for_input(
-            name, f"{seconds:.1f} s of video exceed max_seconds={max_seconds}"
-        )
 
 
 def _check_complete(
@@ -407,231 +306,4 @@ def _mux_clip(av: Any, demuxed: _Demuxed, start: float, end: float) -> tuple[byt
     return out_bytes.getvalue(), bool(sound)
 
 
-# ---------------------------------------------------------------------------------- sample_frames
-
-
-def _clip_input(row: dict[str, Any], max_bytes: int | None) -> tuple[bytes, str]:
-    """The bytes to decode (``clip``, else ``bytes``) and the name to use in errors."""
-    key = "clip" if "clip" in row else "bytes"
-    name = input_name(row, kind="video")
-    if "clip_index" in row:
-        name = f"{name} clip {row['clip_index']}"
-    return _checked_bytes(row, key, name, max_bytes), name
-
-
-def _time_range(row: dict[str, Any], container: Any, stream: Any) -> tuple[float, float | None]:
-    """``[start_s, end_s)`` from the row, else from the container (end None when unknown)."""
-    start, end = row.get("start_s"), row.get("end_s")
-    if start is None:
-        start = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0
-    if end is None and container.duration:
-        end = float(start) + container.duration / 1_000_000
-    return float(start), None if end is None else float(end)
-
-
-def sample_frames(
-    row: dict[str, Any],
-    *,
-    frames_per_clip: int = 4,
-    max_frames: int = 64,
-    jpeg_quality: int = 85,
-    max_decoded_frames: int = 20_000,
-    max_bytes: int | None = 2 * _GiB,
-) -> Iterator[dict[str, Any]]:
-    """Expand one clip row into evenly spaced frames, in time order, as JPEG.
-
-    Reads ``row["clip"]`` (as :func:`split_clips` yields it; a row with only ``bytes``, a whole
-    video, works too) and ``row.get("start_s")``/``row.get("end_s")`` (default: the whole
-    container). Yields, in time order::
-
-        {"frame_index": j, "t_s": float, "jpeg": bytes, "width": int, "height": int}
-
-    The range is cut into ``min(frames_per_clip, max_frames)`` equal slots and the frame nearest
-    each slot's middle is taken; a frame nearest to two slots is yielded once, so a clip shorter
-    than the sample count yields each of its frames once. ``frame_index`` is the frame's position
-    among the clip's own frames (those in ``[start_s, end_s)``) and ``t_s`` its source time.
-    Frames before ``start_s`` (the keyframe lead-in) are decoded only as references.
-
-    Args:
-        row: The clip row.
-        frames_per_clip: How many frames to sample.
-        max_frames: Hard cap on frames yielded per row, whatever ``frames_per_clip`` says.
-        jpeg_quality: JPEG quality, 1..95.
-        max_decoded_frames: Reject a clip once this many frames were decoded (lead-in included).
-        max_bytes: Reject larger clips.
-
-    Returns:
-        An iterator of frame rows.
-
-    Raises:
-        EmptyInputError: No frame falls in ``[start_s, end_s)``.
-        CorruptInputError: FFmpeg cannot decode the clip.
-        OversizedInputError: More than ``max_decoded_frames`` frames had to be decoded.
-        UnsupportedInputError, TruncatedInputError: As for :func:`split_clips`.
-
-    Example:
-        >>> from lineage_data.connectors.testing.corpus import make_video
-        >>> clip = next(split_clips({"bytes": make_video(2, seed=0)}))
-        >>> [f["frame_index"] for f in sample_frames(clip, frames_per_clip=4)]
-        [3, 9, 15, 21]
-    """
-    if frames_per_clip < 1 or max_frames < 1 or max_decoded_frames < 1:
-        raise ValueError("frames_per_clip, max_frames and max_decoded_frames must be >= 1")
-    if not 1 <= jpeg_quality <= 95:
-        raise ValueError(f"jpeg_quality must be in 1..95, got {jpeg_quality!r}")
-    caps = (min(frames_per_clip, max_frames), jpeg_quality, max_decoded_frames, max_bytes)
-    return _iter_frames(row, *caps)
-
-
-def _iter_frames(
-    row: dict[str, Any], count: int, quality: int, max_decoded: int, max_bytes: int | None
-) -> Iterator[dict[str, Any]]:
-    """The generator behind :func:`sample_frames`."""
-    av = _import_av()
-    data, name = _clip_input(row, max_bytes)
-    with _open_container(av, data, name) as container:
-        stream = container.streams.video[0]
-        start, end = _time_range(row, container, stream)
-        step = _frame_seconds(stream)
-        span = (end - start) if end is not None else count * step
-        targets = [start + (i + 0.5) * span / count for i in range(count)]
-        picked = 0
-        last: tuple[int, float, Any] | None = None
-        for index, t, frame in _frames_in_range(av, container, name, start, end, max_decoded):
-            taken = False
-            while picked < count and targets[picked] < t + step / 2:
-                picked, taken = picked + 1, True
-            if taken:
-                yield _frame_row(index, t, frame, quality)
-            last = None if taken else (index, t, frame)
-        if last is None and picked == 0:
-            raise EmptyInputError.for_input(name, f"no frames in [{start:.3f}, {end}) s")
-        if last is not None and picked < count:
-            yield _frame_row(*last, quality)
-
-
-def _frames_in_range(
-    av: Any, container: Any, name: str, start: float, end: float | None, max_decoded: int
-) -> Iterator[tuple[int, float, Any]]:
-    """``(index, time, frame)`` for each decoded frame in ``[start, end)``, index from 0."""
-    step = _frame_seconds(container.streams.video[0])
-    index = 0
-    try:
-        for decoded, frame in enumerate(container.decode(video=0), start=1):
-            if decoded > max_decoded:
-                cause = f"more than max_decoded_frames={max_decoded} frames to decode"
-                raise OversizedInputError.for_input(name, cause)
-            t = float(frame.time) if frame.time is not None else start + (decoded - 1) * step
-            if t < start - _EPS:
-                continue
-            if end is not None and t >= end - _EPS:
-                break
-            yield index, t, frame
-            index += 1
-    except av.error.FFmpegError as exc:
-        raise CorruptInputError.for_input(name, f"decoding failed ({exc})") from exc
-
-
-def _frame_row(index: int, t: float, frame: Any, quality: int) -> dict[str, Any]:
-    try:
-        image = frame.to_image()
-    except ImportError as exc:
-        raise ImportError(f"JPEG frames need pillow: {_INSTALL_HINT}") from exc
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=quality)
-    return {
-        "frame_index": index,
-        "t_s": round(t, 6),
-        "jpeg": out.getvalue(),
-        "width": int(frame.width),
-        "height": int(frame.height),
-    }
-
-
-# ------------------------------------------------------------------------------------- clip_audio
-
-
-def clip_audio(
-    row: dict[str, Any], *, max_seconds: float | None = 600, max_bytes: int | None = 2 * _GiB
-) -> dict[str, Any]:
-    """Row-wise map: the row plus statistics of its audio in ``[start_s, end_s)``.
-
-    Reads ``row["clip"]`` (or ``row["bytes"]``) and ``row.get("start_s")``/``row.get("end_s")``.
-    Returns a new dict: every key of ``row`` plus
-
-    * ``audio_sample_rate`` (int) and ``audio_channels`` (int), None without audio;
-    * ``audio_seconds`` (float): decoded audio in the range, 0.0 without audio;
-    * ``audio_rms`` and ``audio_peak`` (float, full scale = 1.0), None without audio.
-
-    Args:
-        row: The clip row.
-        max_seconds: Reject inputs with more audio than this (None: no cap).
-        max_bytes: Reject larger inputs.
-
-    Returns:
-        The extended row.
-
-    Raises:
-        CorruptInputError: FFmpeg cannot decode the audio.
-        OversizedInputError: More than ``max_seconds`` of audio.
-        EmptyInputError, UnsupportedInputError, TruncatedInputError: As for :func:`split_clips`.
-
-    Example:
-        >>> from lineage_data.connectors.testing.corpus import make_video
-        >>> clip = next(split_clips({"bytes": make_video(1, seed=0)}))
-        >>> out = clip_audio(clip)
-        >>> out["audio_sample_rate"], out["audio_channels"], round(out["audio_seconds"], 1)
-        (16000, 1, 1.0)
-    """
-    av = _import_av()
-    data, name = _clip_input(row, max_bytes)
-    with _open_container(av, data, name, require_video=False) as container:
-        if not container.streams.audio:
-            stats: dict[str, Any] = {"audio_sample_rate": None, "audio_channels": None}
-            return {**row, **stats, "audio_seconds": 0.0, "audio_rms": None, "audio_peak": None}
-        stream = container.streams.audio[0]
-        start, end = _time_range(row, container, stream)
-        return {**row, **_audio_stats(av, container, name, start, end, max_seconds)}
-
-
-def _audio_stats(
-    av: Any, container: Any, name: str, start: float, end: float | None, cap: float | None
-) -> dict[str, Any]:
-    """Decode the first audio stream over ``[start, end)`` and measure it."""
-    import numpy as np
-
-    stream = container.streams.audio[0]
-    resampler = av.AudioResampler(format="fltp")
-    samples, squares, peak = 0, 0.0, 0.0
-    rate, channels = int(stream.rate), int(stream.codec_context.channels)
-    try:
-        for frame in container.decode(stream):
-            t = float(frame.time) if frame.time is not None else start
-            for converted in resampler.resample(frame):
-                values = _trim(converted.to_ndarray().astype(np.float64), t, rate, start, end)
-                samples += values.shape[1]
-                squares += float(np.square(values).sum())
-                peak = max(peak, float(np.abs(values).max(initial=0.0)))
-            if cap is not None and samples > cap * rate:
-                raise OversizedInputError.for_input(name, f"more than max_seconds={cap} s of audio")
-    except av.error.FFmpegError as exc:
-        raise CorruptInputError.for_input(name, f"audio decoding failed ({exc})") from exc
-    total = samples * channels
-    return {
-        "audio_sample_rate": rate,
-        "audio_channels": channels,
-        "audio_seconds": samples / rate if rate else 0.0,
-        "audio_rms": math.sqrt(squares / total) if total else 0.0,
-        "audio_peak": peak,
-    }
-
-
-def _trim(values: Any, t: float, rate: int, start: float, end: float | None) -> Any:
-    """The samples (columns) of ``values``, starting at ``t`` s, that lie in ``[start, end)``."""
-    first = max(0, round((start - t) * rate))
-    last = values.shape[1] if end is None else max(0, round((end - t) * rate))
-    return values[:, first:last]
-
-
-for _native in (split_clips, sample_frames, clip_audio):  # see CLIP_TIMEOUT_S
-    setattr(_native, "default_timeout_s", CLIP_TIMEOUT_S)  # noqa: B010 - a function attribute
+setattr(split_clips, "default_timeout_s", CLIP_TIMEOUT_S)  # noqa: B010 - see CLIP_TIMEOUT_S

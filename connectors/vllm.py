@@ -34,8 +34,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from lineage_data import RecordFailure
 from lineage_data._core.errors import describe
-from lineage_data._core.failures import RecordFailure
 from lineage_data.connectors._prompt import batch_columns, format_prompt, template_fields
 
 __all__ = [

@@ -13,7 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lineage_data._core import columns
-from lineage_data._core.errors import (
+from lineage_data._core.failures import GroupFailure, RecordFailure
+from lineage_data._core.outcomes import Outcome
+from lineage_data._core.plan import FilesSource, ItemsSource, Plan, RaySource
+from lineage_data.exceptions import (
     AccountingError,
     ContractError,
     DuplicateRootError,
@@ -22,18 +25,17 @@ from lineage_data._core.errors import (
     HelperLostError,
     LineageError,
     PlanError,
+    S3AccessError,
+    S3BucketNotFoundError,
+    S3ConnectionError,
     StageFailedError,
     UserCodeError,
     WorkerCrashedError,
 )
-from lineage_data._core.failures import GroupFailure, RecordFailure
-from lineage_data._core.outcomes import Outcome
-from lineage_data._core.plan import FilesSource, ItemsSource, Plan, RaySource
 
 if TYPE_CHECKING:
     from lineage_data.dataset import LineageDataset
     from lineage_data.report import RunReport
-    from lineage_data.storage import S3AccessError, S3BucketNotFoundError, S3ConnectionError
 
 # Loaded on first use: a helper actor or a worker imports ``lineage_data._ray...`` (and so this
 # package) without the user API's dependencies (Ray Data, polars, fsspec): the coordinator module's
@@ -41,9 +43,6 @@ if TYPE_CHECKING:
 _LAZY = {
     "LineageDataset": "lineage_data.dataset",
     "RunReport": "lineage_data.report",
-    "S3AccessError": "lineage_data.storage",
-    "S3BucketNotFoundError": "lineage_data.storage",
-    "S3ConnectionError": "lineage_data.storage",
 }
 
 
@@ -193,20 +192,29 @@ def read_files(
         S3AccessError: S3 refused the listing (wrong credentials); the message names the endpoint
             and bucket. Refused credentials while Ray tasks read raise it from the run as well.
     """
-    from lineage_data._ray.datasource import FileSource, file_columns, list_files
+    from lineage_data._ray.datasource import file_columns
     from lineage_data.dataset import LineageDataset
 
     if suffixes is not None and file_extensions is not None:
         raise LineageError("read_files: give file_extensions or its alias suffixes, not both")
+    listing = {
+        "filesystem": filesystem,
+        "file_extensions": file_extensions if suffixes is None else suffixes,
+        "partition_filter": partition_filter,
+        "ignore_missing_paths": ignore_missing_paths,
+    }
     chosen = file_columns(columns, include_paths)
-    fs, files = list_files(
-        paths,
-        filesystem=filesystem,
-        file_extensions=file_extensions if suffixes is None else suffixes,
-        partition_filter=partition_filter,
-        ignore_missing_paths=ignore_missing_paths,
-    )
-    source = FilesSource(
+    return LineageDataset(Plan(_files_source(paths, chosen, files_per_task, **listing)))
+
+
+def _files_source(
+    paths: str | Sequence[str], chosen: tuple[str, ...], files_per_task: int, **listing: Any
+) -> FilesSource:
+    """The source of :func:`read_files`: the files listed now, their ``chosen`` columns read later."""
+    from lineage_data._ray.datasource import FileSource, list_files
+
+    fs, files = list_files(paths, **listing)
+    return FilesSource(
         reader=FileSource(fs, chosen),
         files=tuple(files),
         files_per_task=files_per_task,
@@ -214,7 +222,6 @@ def read_files(
         roots=tuple(uri for uri, _ in files),
         columns=frozenset(chosen),
     )
-    return LineageDataset(Plan(source))
 
 
 def init(address: str | None = None, **ray_init_kwargs: Any) -> None:

@@ -30,7 +30,12 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from lineage_data._core.errors import LineageError
+from lineage_data.exceptions import (
+    LineageError,
+    S3AccessError,
+    S3BucketNotFoundError,
+    S3ConnectionError,
+)
 
 __all__ = [
     "S3AccessError",
@@ -46,21 +51,6 @@ __all__ = [
 ]
 
 S3_SCHEMES = ("s3://", "s3a://")
-
-
-class S3AccessError(LineageError, PermissionError):
-    """S3 refused the request: wrong, expired or missing credentials, or no permission.
-
-    The message names the endpoint and the object or bucket, never a secret.
-    """
-
-
-class S3BucketNotFoundError(LineageError, FileNotFoundError):
-    """The bucket does not exist at the endpoint."""
-
-
-class S3ConnectionError(LineageError, ConnectionError):
-    """The S3 endpoint cannot be reached at all."""
 
 
 # -- filesystems ---------------------------------------------------------------------------------

@@ -63,6 +63,18 @@ def build(
         timeout_s=PAGE_TIMEOUT_S,
     )
     args = model_args(concurrency, num_gpus, batch_size)
+    text = _transcribe(pages, stage, model, server_url, args)
+    return text.reduce_lineage(assemble, name="assemble")
+
+
+def _transcribe(
+    pages: ld.LineageDataset,
+    stage: str,
+    model: str | None,
+    server_url: str | None,
+    args: dict[str, Any],
+) -> ld.LineageDataset:
+    """The page text: a vision model (``vlm``: vLLM; ``server``: an OpenAI API) or the text layer."""
     prompt = "Transcribe page {page_index} as markdown."
     if stage == "vlm":
         from lineage_data.connectors.echo_llm import EchoLLM
@@ -99,7 +111,7 @@ def build(
         )
     else:
         text = pages.map_batches(ExtractText, name="text", **args)
-    return text.reduce_lineage(assemble, name="assemble")
+    return text
 
 
 def build_ocr(

@@ -139,26 +139,8 @@ class _App:
         if isinstance(max_tokens, int) and len(answer.encode()) > max_tokens:
             answer, finish = answer.encode()[:max_tokens].decode(errors="ignore"), "length"
         prompt_tokens = len(text.encode()) + images
-        return web.json_response(
-            {
-                "id": f"chatcmpl-{self.requests}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", "echo"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": answer},
-                        "finish_reason": finish,
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": len(answer.encode()),
-                    "total_tokens": prompt_tokens + len(answer.encode()),
-                },
-            }
-        )
+        model = body.get("model", "echo")
+        return web.json_response(_completion(self.requests, model, answer, finish, prompt_tokens))
 
     async def stats(self, request: Any) -> Any:
         from aiohttp import web
@@ -267,6 +249,28 @@ class ChatServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _completion(number: int, model: str, answer: str, finish: str, prompt_tokens: int) -> dict:
+    """The body of a chat completion answering with ``answer`` (tokens counted as UTF-8 bytes)."""
+    return {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": answer},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(answer.encode()),
+            "total_tokens": prompt_tokens + len(answer.encode()),
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

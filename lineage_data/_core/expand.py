@@ -58,27 +58,9 @@ class ExpandOp:
 
     def __call__(self, table: pa.Table) -> Iterator[pa.Table]:
         """Process one batch; yields blocks of ``rows_per_block`` rows (the last one fewer)."""
-        table = C.conform(table)
-        found = C.shape(table)
-        if found is None:  # a row without a path: the Arrow way, where a null drops it
-            entity = C.depth_mask(table, self._stage.level, header=False)
-            parents, others = table.filter(entity), table.filter(pc.invert(entity))
-        else:
-            mask = ~found[1] & (found[0] == self._stage.level)
-            parents, others = C.pick(table, mask), C.pick(table, ~mask)
+        parents, others = self._split(C.conform(table))
         blocks = _Blocks(self)
-        # the parent rows as the function sees them (every column but the lineage), the lineage by column
-        rows = parents.select([n for n in parents.column_names if n not in C.ALL]).to_pylist()
-        lineage = list(
-            zip(
-                parents[C.ROOT].to_pylist(),
-                C.paths(parents[C.PATH], self._stage.level),
-                parents[C.OUTCOME].to_pylist(),
-                parents[C.CAUSE].to_pylist(),
-                parents[C.STAGE].to_pylist(),
-                strict=True,
-            )
-        )
+        rows, lineage = self._rows(parents)
         guard = self._guard
         whole = True
         if lineage:  # the block is journaled before any parent runs (see _core.guard)
@@ -119,6 +101,31 @@ class ExpandOp:
         if passthrough.num_rows:
             yield passthrough
         self._coordinator.count(self._stage.name, blocks.counts)
+
+    def _split(self, table: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """``(parents, others)``: the entities of the stage's level, and every other row."""
+        found = C.shape(table)
+        if found is None:  # a row without a path: the Arrow way, where a null drops it
+            entity = C.depth_mask(table, self._stage.level, header=False)
+            return table.filter(entity), table.filter(pc.invert(entity))
+        mask = ~found[1] & (found[0] == self._stage.level)
+        return C.pick(table, mask), C.pick(table, ~mask)
+
+    def _rows(self, parents: pa.Table) -> tuple[list[dict], list[tuple]]:
+        """The parent rows as the function sees them, and their lineage, read by column.
+
+        A row has every column but the lineage; its lineage is ``(root, path, outcome, cause, stage)``.
+        """
+        rows = parents.select([n for n in parents.column_names if n not in C.ALL]).to_pylist()
+        lineage = zip(
+            parents[C.ROOT].to_pylist(),
+            C.paths(parents[C.PATH], self._stage.level),
+            parents[C.OUTCOME].to_pylist(),
+            parents[C.CAUSE].to_pylist(),
+            parents[C.STAGE].to_pylist(),
+            strict=True,
+        )
+        return rows, list(lineage)
 
     def _carry(self, row: dict) -> dict:
         missing = [c for c in self._stage.carry if c not in row]

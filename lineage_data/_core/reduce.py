@@ -453,16 +453,7 @@ def _local_groups(members: pa.Table, level: int) -> _LocalGroups | None:
     ordinal[child] = values[offsets[:-1][child] + level - 1]
     if (ordinal[child] < 0).any():
         return None
-    if level == 1:  # the parent is the root: group ids in order of first appearance, no Python loop
-        encoded = root.dictionary_encode()
-        gid = encoded.indices.to_numpy().astype(np.int64)
-        names: list[Any] = [(r, ()) for r in encoded.dictionary.to_pylist()]
-    else:
-        at = offsets[:-1, None] + np.arange(level - 1)
-        keys = zip(root.to_pylist(), map(tuple, values[at].tolist()), strict=True)
-        index: dict[Any, int] = {}
-        gid = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, m)
-        names = list(index)
+    gid, names = _group_ids(root, offsets, values, level)
     order = np.lexsort((ordinal, gid))  # by group; in a group the header (ordinal -1) first
     group, position = gid[order], ordinal[order]
     same = group[1:] == group[:-1]
@@ -495,6 +486,21 @@ def _local_groups(members: pa.Table, level: int) -> _LocalGroups | None:
         bounds=np.concatenate(([0], np.cumsum(size[done]))),
         partial=rest,
     )
+
+
+def _group_ids(
+    root: pa.Array, offsets: np.ndarray, values: np.ndarray, level: int
+) -> tuple[np.ndarray, list[Any]]:
+    """Each member row's group id, in order of first appearance, and each group's parent key."""
+    if level == 1:  # the parent is the root: no Python loop
+        encoded = root.dictionary_encode()
+        gid = encoded.indices.to_numpy().astype(np.int64)
+        return gid, [(r, ()) for r in encoded.dictionary.to_pylist()]
+    at = offsets[:-1, None] + np.arange(level - 1)
+    keys = zip(root.to_pylist(), map(tuple, values[at].tolist()), strict=True)
+    index: dict[Any, int] = {}
+    gid = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, len(root))
+    return gid, list(index)
 
 
 def _rows(group: Group) -> list[dict]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import hashlib
 import itertools
 import pickle
+import uuid
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+import msgpack
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,11 +102,97 @@ def ids_digest(ids: pa.StringArray) -> str:
 
 
 def content_ids(table: pa.Table) -> list[str]:
-    """Stable ids from row content, for sources without an id column (identical rows collide)."""
-    return [
-        hashlib.sha1(pickle.dumps(sorted(row.items()))).hexdigest()[:20]
-        for row in table.to_pylist()
-    ]
+    """Stable ids from row content, for sources without an id column (identical rows collide).
+
+    The id is a digest of the row's canonical encoding, :func:`canonical_row`: the same values give
+    the same id in any process and on any Python version, whatever the column order.
+
+    >>> a, b = content_ids(pa.table({"x": [1, 2], "y": ["p", "q"]}))
+    >>> content_ids(pa.table({"y": ["p"], "x": [1]})) == [a]
+    True
+    """
+    by_name = dict(zip(table.column_names, table.columns, strict=True))  # as to_pylist: last wins
+    names = sorted(by_name)
+    values = []
+    for name in names:
+        column = by_name[name].to_pylist()
+        values.append(column if _plain(by_name[name].type) else list(map(_canonical, column)))
+    pack = msgpack.Packer(default=_extension).pack
+    return (
+        [
+            hashlib.sha1(pack(dict(zip(names, row, strict=True)))).hexdigest()[:20]
+            for row in zip(*values, strict=True)
+        ]
+        if names
+        else [hashlib.sha1(pack({})).hexdigest()[:20]] * table.num_rows
+    )
+
+
+def canonical_row(row: dict) -> bytes:
+    """The row as msgpack bytes that depend only on its values: a map from name to value, by name.
+
+    Values Arrow gives as Python objects are msgpack's own types (None, bool, int, float as a
+    double, str, bytes, lists, dicts written with sorted keys); the rest are extension types:
+    1 numpy array or scalar (dtype string, shape, C-order bytes), 2 date/time/datetime (ISO text,
+    nanoseconds and UTC offset included), 3 timedelta (days, seconds, microseconds, nanoseconds),
+    4 Decimal (its text), 5 UUID (its 16 bytes), 7 an int beyond 64 bits (its decimal text).
+    Anything else (an object in a Python-object column) is its pickle at protocol 4: only as
+    stable as that object's pickle.
+
+    >>> canonical_row({"b": [1, None], "a": {"y": 2.5, "x": b"z"}}).hex()
+    '82a16182a178c4017aa179cb4004000000000000a1629201c0'
+    """
+    return _pack({name: _canonical(row[name]) for name in sorted(row)})
+
+
+def _plain(kind: pa.DataType) -> bool:
+    """True when Arrow gives this type's values as msgpack-ready objects: no dict, no object."""
+    if pa.types.is_struct(kind) or isinstance(kind, pa.ExtensionType):
+        return False
+    if pa.types.is_map(kind):
+        return _plain(kind.key_type) and _plain(kind.item_type)
+    if pa.types.is_dictionary(kind):
+        return _plain(kind.value_type)
+    value_type = getattr(kind, "value_type", None)  # the list types
+    return value_type is None or _plain(value_type)
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with every dict's keys in sorted order (msgpack writes dicts in insertion order)."""
+    if isinstance(value, dict):
+        try:
+            keys = sorted(value)
+        except TypeError:  # keys of mixed types (an object column's dict): their own order
+            keys = list(value)
+        return {key: _canonical(value[key]) for key in keys}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    if type(value) is int and not -(2**63) <= value < 2**64:
+        return msgpack.ExtType(7, str(value).encode())
+    return value
+
+
+def _extension(value: Any) -> msgpack.ExtType:
+    """The extension encoding of a value msgpack has no type for (see :func:`canonical_row`)."""
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if isinstance(value, np.ndarray):
+        data: Any = value.tobytes() if not value.dtype.hasobject else value.ravel().tolist()
+        return msgpack.ExtType(1, _pack([value.dtype.str, list(value.shape), _canonical(data)]))
+    if isinstance(value, datetime.date | datetime.time):
+        return msgpack.ExtType(2, value.isoformat().encode())
+    if isinstance(value, datetime.timedelta):
+        parts = [value.days, value.seconds, value.microseconds, getattr(value, "nanoseconds", 0)]
+        return msgpack.ExtType(3, _pack(parts))
+    if isinstance(value, decimal.Decimal):
+        return msgpack.ExtType(4, str(value).encode())
+    if isinstance(value, uuid.UUID):
+        return msgpack.ExtType(5, value.bytes)
+    return msgpack.ExtType(6, pickle.dumps(value, protocol=4))
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, default=_extension)
 
 
 def with_lineage(table: pa.Table, roots: Sequence[str]) -> pa.Table:

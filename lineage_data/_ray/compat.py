@@ -36,14 +36,10 @@ import pyarrow as pa
 import ray
 import ray.exceptions
 
-from lineage_data._core.errors import LineageError
+from lineage_data.exceptions import LineageError, RayCompatError
 
 #: The Ray release every touchpoint here was written against and tested with.
 WRITTEN_FOR = "2.60.0"
-
-
-class RayCompatError(LineageError):
-    """A private Ray symbol the library relies on is gone or changed (a Ray upgrade)."""
 
 
 def _broken(touchpoint: str, exc: BaseException) -> RayCompatError:

@@ -1,0 +1,151 @@
+"""The terminal rows of a run, one per source root in completion order, as its report reads them.
+
+:meth:`~lineage_data._core.ledger.Ledger.terminal` hands them over as :class:`TerminalRows`: columns
+(numpy and Arrow) kept from the ledger, turned into Python rows only when asked.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from lineage_data._core.outcomes import Outcome
+from lineage_data._core.roots import as_strings
+
+OUTCOMES = tuple(
+    o.value for o in Outcome
+)  # a root's outcome code is its index here + 1 (0: not yet)
+
+TerminalRow = tuple[str, str | None, str | None, float]  # outcome, cause, stage, committed_s
+
+
+class TerminalRows(Mapping[str, TerminalRow]):
+    """The terminal rows of a ledger, in completion order: a read-only mapping built for one report.
+
+    ``values()`` is one list built at once; :meth:`outcome_stage_counts` counts without a row loop.
+    """
+
+    def __init__(
+        self,
+        roots: pa.StringArray | list[str] | Callable[[], pa.StringArray],
+        codes: np.ndarray | Callable[[], np.ndarray],
+        seconds: np.ndarray | Callable[[], np.ndarray],
+        slots: np.ndarray,
+        detail: Mapping[int, tuple[str | None, str | None]],
+        *,
+        tally: np.ndarray | None = None,
+    ) -> None:
+        """``roots``, ``codes`` and ``seconds`` may be callables: read on first use.
+
+        ``tally``: how many rows have each outcome code (counted as they arrived), if known.
+        """
+        self._roots_of = roots if callable(roots) else None  # the ids, taken on first use
+        self._id_array = None if callable(roots) else as_strings(roots)
+        self._list: list[str] | None = None  # the ids as Python strings, made on first use
+        self._codes_given = codes
+        self._seconds_given = seconds
+        self._tally = tally
+        self._size = len(slots)
+        self._details: dict[int, tuple[str | None, str | None]] = {}  # position -> detail
+        if detail and len(slots):
+            position = np.zeros(int(slots.max()) + 1, dtype=np.int64)
+            position[slots] = np.arange(len(slots))
+            self._details = {int(position[s]): d for s, d in detail.items()}
+        self._values: list[TerminalRow] | None = None
+        self._where: dict[str, int] | None = None
+
+    @property
+    def _ids(self) -> pa.StringArray:
+        if self._id_array is None:
+            assert self._roots_of is not None
+            self._id_array, self._roots_of = self._roots_of(), None
+        return self._id_array
+
+    @property
+    def _codes(self) -> np.ndarray:
+        if callable(self._codes_given):
+            self._codes_given = self._codes_given()
+        return self._codes_given
+
+    @property
+    def _seconds(self) -> np.ndarray:
+        if callable(self._seconds_given):
+            self._seconds_given = self._seconds_given()
+        return self._seconds_given
+
+    @property
+    def _roots(self) -> list[str]:
+        if self._list is None:
+            self._list = self._ids.to_pylist()
+        return self._list
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._roots)
+
+    def __getitem__(self, root: str) -> TerminalRow:
+        if self._where is None:
+            self._where = {r: i for i, r in enumerate(self._roots)}
+        return self.values()[self._where[root]]
+
+    def to_arrow(self) -> pa.Table:
+        """The rows as columns ``root, outcome, cause, stage, committed_s``: no Python object per root."""
+        n = len(self._ids)
+        causes = np.full(n, None, dtype=object)
+        stages = np.full(n, None, dtype=object)
+        if self._details:
+            at = np.fromiter(self._details, dtype=np.int64, count=len(self._details))
+            causes[at] = [d[0] for d in self._details.values()]
+            stages[at] = [d[1] for d in self._details.values()]
+        return pa.table(
+            {
+                "root": self._ids,
+                "outcome": _outcome_names().take(pa.array(self._codes, pa.uint8())),
+                "cause": pa.array(causes, pa.string(), from_pandas=True),
+                "stage": pa.array(stages, pa.string(), from_pandas=True),
+                "committed_s": pa.array(np.asarray(self._seconds, dtype=np.float64)),
+            }
+        )
+
+    def values(self) -> list[TerminalRow]:  # type: ignore[override]
+        """Every terminal row, in completion order."""
+        if self._values is None:
+            outcomes = np.array(("",) + OUTCOMES, dtype=object)[self._codes].tolist()
+            causes: list[str | None] = [None] * len(self._roots)
+            stages: list[str | None] = [None] * len(self._roots)
+            for i, (cause, stage) in self._details.items():
+                causes[i], stages[i] = cause, stage
+            self._values = list(zip(outcomes, causes, stages, self._seconds.tolist(), strict=True))
+        return self._values
+
+    def outcome_stage_counts(self) -> Counter[tuple[str, str | None]]:
+        """How many roots ended with each ``(outcome, stage)``."""
+        counts: Counter[tuple[str, str | None]] = Counter()
+        tally = self._tally
+        if tally is None:
+            tally = np.bincount(self._codes, minlength=len(OUTCOMES) + 1)
+        for code, n in enumerate(tally.tolist()):
+            if code and n:
+                counts[(OUTCOMES[code - 1], None)] = n
+        for i, (_, stage) in self._details.items():
+            if stage is not None:
+                outcome = OUTCOMES[int(self._codes[i]) - 1]
+                counts[(outcome, None)] -= 1
+                counts[(outcome, stage)] += 1
+        return +counts
+
+
+@functools.cache
+def _outcome_names() -> pa.StringArray:
+    """The outcome name of each code (0: none yet), built on first use.
+
+    The first Arrow array a process builds imports pandas (~0.3 s): the coordinator imports this
+    module, and its process starts without that (it is on the critical path of every run's first batch).
+    """
+    return pa.array((None, *OUTCOMES), pa.string())
