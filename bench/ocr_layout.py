@@ -147,7 +147,7 @@ def _first_pages(data: bytes, dpi: float, count: int) -> list[dict[str, Any]]:
     """The first ``count`` rendered pages of a PDF, none skipped."""
     from lineage_data.connectors.pdf import render_pages
 
-    rendered = render_pages({"bytes": data}, dpi=dpi, max_pixels=MAX_PIXELS, max_pages=None)
+    rendered: Any = render_pages({"bytes": data}, dpi=dpi, max_pixels=MAX_PIXELS, max_pages=None)
     try:
         return list(itertools.islice(rendered, count))
     finally:
