@@ -15,7 +15,7 @@ from lineage_data._core import outcomes
 from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.stages import Filter, MapBatches, MapRows
-from lineage_data._core.state import Verdict
+from lineage_data._core.state import CommitResult, Verdict
 from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, failed_rows, merge_all
 
 
@@ -198,68 +198,72 @@ class RowStageOp:
         roots: list[str],
         paths: list[tuple[int, ...]],
     ) -> list[pa.Table]:
+        """:meth:`_run` of a fenced stage: hand off, run the rows not barred, commit, keep the rest.
+
+        Rows the hand-off bars, rows the commit suppresses and rows that did not come back PRESENT
+        become tombstones; rows a newer dispatch owns (STALE) are dropped; the others keep their
+        values.
+        """
         name = self._stage.name
         n = live.num_rows
         handoff = self._coordinator.handoff(self._index, roots, paths)
         barred = handoff.barred
         tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
         run_idx = [i for i in range(n) if i not in barred] if barred else list(range(n))
-        batches: list[int] | None = None
-        if run_idx and self._batch_rows and len(run_idx) > self._batch_rows:
-            result, run_idx, batches = self._call_batches(live, run_idx, roots, paths, tombs)
-        else:
-            user = live.select(C.user_columns(live.column_names))
-            if run_idx:
-                result = self._invoke(user.take(run_idx) if barred else user, run_idx)
-            else:
-                result = None
+        result, run_idx, batches = self._run_unbarred(live, run_idx, roots, paths, tombs)
+        if result is None:  # every row was barred: nothing ran, nothing to commit
+            return [self._tombstones(live, tombs, roots, paths)] if tombs else []
         partial = len(run_idx) < n  # some rows were barred: the lists below are the rows run
-        run = live.take(run_idx) if partial and run_idx else live
-        if result is not None:
-            result = self._conform(result)
-        statuses = result.statuses if result is not None else []
+        statuses = result.statuses
         # The usual batch: every row came back PRESENT (one C-level scan instead of a Python loop).
         all_present = statuses.count(outcomes.PRESENT) == len(statuses)
-        if result is not None:
-            commit = self._coordinator.commit(
-                self._index,
-                handoff.generation,
-                [roots[i] for i in run_idx] if partial else roots,
-                [paths[i] for i in run_idx] if partial else paths,
-                [Outcome.PRESENT.value] * len(statuses)
-                if all_present
-                else [s.outcome.value for s in statuses],
-                [None] * len(statuses) if all_present else [s.cause for s in statuses],
-                group=result.group,
-                stage=name,
-                batches=batches,
-                counts=dict(counts + Counter(t.outcome.value for _, t in tombs)),
-            )
-            verdicts, suppressed = commit.verdicts, commit.suppressed
-            stale = Verdict.STALE in verdicts
-        else:  # every row was barred: nothing ran, nothing to commit
-            verdicts, suppressed, stale = [], {}, False
-        keep: list[int] | range
-        if all_present and not suppressed and not stale:
-            keep = range(len(run_idx))
-        else:
-            keep = []
-            for j, i in enumerate(run_idx):
-                if verdicts[j] is Verdict.STALE:
-                    continue  # a newer dispatch owns this row
-                if j in suppressed:
-                    tombs.append((i, outcomes.barred(suppressed[j], name)))
-                elif statuses[j].present:
-                    keep.append(j)
-                else:
-                    tombs.append((i, statuses[j]))
+        commit = self._coordinator.commit(
+            self._index,
+            handoff.generation,
+            [roots[i] for i in run_idx] if partial else roots,
+            [paths[i] for i in run_idx] if partial else paths,
+            [Outcome.PRESENT.value] * len(statuses)
+            if all_present
+            else [s.outcome.value for s in statuses],
+            [None] * len(statuses) if all_present else [s.cause for s in statuses],
+            group=result.group,
+            stage=name,
+            batches=batches,
+            counts=dict(counts + Counter(t.outcome.value for _, t in tombs)),
+        )
+        keep = _kept(commit, run_idx, statuses, all_present, tombs, name)
         out = [self._tombstones(live, tombs, roots, paths)] if tombs else []
-        if keep and result is not None:
+        if keep:
             whole = len(keep) == len(run_idx)
+            run = live.take(run_idx) if partial else live
             values = result.table if whole else result.table.take(keep)
             lineage = C.lineage_only(run if whole else live.take([run_idx[j] for j in keep]))
             out.append(_joined(values, lineage))
         return out
+
+    def _run_unbarred(
+        self,
+        live: pa.Table,
+        run_idx: list[int],
+        roots: list[str],
+        paths: list[tuple[int, ...]],
+        tombs: list[tuple[int, Status]],
+    ) -> tuple[BatchResult | None, list[int], list[int] | None]:
+        """The function over the rows ``run_idx`` of ``live``, conformed to the established types.
+
+        Returns the result (None: nothing ran), the rows run and, for a block cut into calls of
+        ``batch_size``, the number of the call that ran each (see :meth:`_call_batches`).
+        """
+        batches: list[int] | None = None
+        if run_idx and self._batch_rows and len(run_idx) > self._batch_rows:
+            result, run_idx, batches = self._call_batches(live, run_idx, roots, paths, tombs)
+        elif run_idx:
+            user = live.select(C.user_columns(live.column_names))
+            barred = len(run_idx) < live.num_rows
+            result = self._invoke(user.take(run_idx) if barred else user, run_idx)
+        else:
+            result = None
+        return (None if result is None else self._conform(result)), run_idx, batches
 
     def _run_unfenced(self, live: pa.Table) -> list[pa.Table]:
         """:meth:`_run` of a source-level stage: no coordinator, no barrier, one call of the function.
@@ -358,6 +362,35 @@ class RowStageOp:
             if statuses[i].present:
                 statuses[i] = outcomes.rejected(cause, self._stage.name)
         return BatchResult(table, statuses, result.group)
+
+
+def _kept(
+    commit: CommitResult,
+    run_idx: list[int],
+    statuses: list[Status],
+    all_present: bool,
+    tombs: list[tuple[int, Status]],
+    stage: str,
+) -> list[int] | range:
+    """Positions in ``run_idx`` whose values the commit keeps; the tombstones of others go to ``tombs``.
+
+    A STALE row is neither: a newer dispatch owns it. A suppressed row (a barrier came up while it
+    ran) and a row that did not come back PRESENT become tombstones.
+    """
+    verdicts, suppressed = commit.verdicts, commit.suppressed
+    if all_present and not suppressed and Verdict.STALE not in verdicts:
+        return range(len(run_idx))
+    keep = []
+    for j, i in enumerate(run_idx):
+        if verdicts[j] is Verdict.STALE:
+            continue  # a newer dispatch owns this row
+        if j in suppressed:
+            tombs.append((i, outcomes.barred(suppressed[j], stage)))
+        elif statuses[j].present:
+            keep.append(j)
+        else:
+            tombs.append((i, statuses[j]))
+    return keep
 
 
 def _slice(result: BatchResult, i: int) -> BatchResult:

@@ -23,11 +23,11 @@ from lineage_data.connectors.ocr import (
 )
 from lineage_data.connectors.pdf import PdfPages
 from lineage_data.connectors.testing.corpus import (
-    _write_pdf,
     bad_files,
     make_scanned_pdf,
     write_scanned_corpus,
 )
+from lineage_data.connectors.testing.pdfs import _write_pdf
 
 DPI = 50  # 425 x 550 px pages: ~0.4 s of detection each on one core, and still no character lost
 CER = 0.1

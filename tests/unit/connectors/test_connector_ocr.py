@@ -26,11 +26,11 @@ from lineage_data.connectors.ocr import (
 )
 from lineage_data.connectors.pdf import PdfPages, render_pages
 from lineage_data.connectors.testing.corpus import (
-    _write_pdf,
     make_page_image,
     make_pdf,
     make_scanned_pdf,
 )
+from lineage_data.connectors.testing.pdfs import _write_pdf
 
 CER = 0.1
 LINES = ["lineage data page", "the quick model report", "batch order retry", "sample window layout"]

@@ -207,7 +207,7 @@ def test_normalize_text_is_idempotent(text):
 
 def _text_pdf(lines: list[str]) -> bytes:
     """A one-page PDF whose text layer is ``lines``, one text line each (Helvetica)."""
-    from lineage_data.connectors.testing.corpus import _pdf_string, _write_pdf
+    from lineage_data.connectors.testing.pdfs import _pdf_string, _write_pdf
 
     content = b"".join(
         b"BT /F1 11 Tf 72 %d Td %s Tj ET\n" % (720 - 14 * i, _pdf_string(line))

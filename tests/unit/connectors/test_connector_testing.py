@@ -13,6 +13,9 @@ import lineage_data.connectors.layout
 import lineage_data.connectors.ocr
 import lineage_data.connectors.pdf
 import lineage_data.connectors.testing.corpus
+import lineage_data.connectors.testing.pdfs
+import lineage_data.connectors.testing.scans
+import lineage_data.connectors.testing.videos
 import lineage_data.connectors.video
 import lineage_data.connectors.vllm
 import lineage_data.storage
@@ -34,6 +37,9 @@ from lineage_data.connectors.testing.corpus import (
         lineage_data.connectors.ocr,
         lineage_data.connectors.pdf,
         lineage_data.connectors.testing.corpus,
+        lineage_data.connectors.testing.pdfs,
+        lineage_data.connectors.testing.scans,
+        lineage_data.connectors.testing.videos,
         lineage_data.connectors.echo_llm,
         lineage_data.connectors.video,
         lineage_data.connectors.vllm,
