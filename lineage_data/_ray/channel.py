@@ -1,49 +1,53 @@
-"""The coordinator's socket channel: authenticated frames that cannot run code when decoded.
+"""The coordinator's socket channel: authenticated connections, frames that cannot run code.
 
 A Ray actor call costs about 1 ms on a small machine, less than the two coordinator calls per batch of
 a fine-grained job can afford, so the coordinator also answers the same calls on a TCP socket of its
-own (~0.03 ms a call). That socket is reachable from the network, so it must not be the weakest door
-of the cluster:
+own (~0.03 ms a call). The protocol is the standard library's, with msgpack frames:
 
+- **Authentication: ``multiprocessing.connection``'s challenge.** Each connection starts with
+  :func:`~multiprocessing.connection.deliver_challenge` and
+  :func:`~multiprocessing.connection.answer_challenge` in both directions (as ``multiprocessing``'s
+  own ``Listener`` and ``Client`` do): each side proves it holds the per-incarnation secret by an HMAC
+  over a fresh random challenge from the other (HMAC-MD5 in Python 3.11, HMAC-SHA256 from 3.12). The
+  secret never crosses the socket; it reaches the workers over Ray's own channel.
 - **Nothing on the wire can run code.** Arguments and answers are msgpack (ids, counts, small tuples)
   with four extension types (an Arrow array as Arrow IPC, a verdict, a hand-off, a commit result),
-  rebuilt field by field; no pickle in either direction. An error travels back as its type name and
-  message. The method is a small index into :data:`METHODS`, checked before the arguments are decoded,
-  and the frame's authentication tag is checked before either.
-- **The secret never travels.** Each connection starts with a challenge-response: the server sends a
-  fresh nonce, the client a nonce of its own and ``HMAC(secret, nonces)``, the server proves it knows
-  the secret too. Both derive a session key from the nonces; every frame carries a keyed BLAKE2b tag
-  over its direction, its sequence number and its bytes, so a frame cannot be forged, altered,
-  replayed or moved to another connection. The secret itself reaches the workers over Ray's own
-  (authenticated, TLS when configured) channel.
+  rebuilt field by field; no pickle in either direction (the channel never calls ``Connection.recv``,
+  which unpickles). An error travels back as its type name and message. The method is a small index
+  into :data:`METHODS`, checked before the arguments are decoded, and a frame over
+  :data:`MAX_FRAME` is refused before it is read.
 - **TLS when Ray uses TLS.** With ``RAY_USE_TLS=1`` the socket is wrapped in mutual TLS with Ray's
   certificates (``RAY_TLS_SERVER_CERT``, ``RAY_TLS_SERVER_KEY``, ``RAY_TLS_CA_CERT``): both sides
-  present the cluster's certificate and verify the other's against its CA. If they cannot be loaded,
-  the channel is not started and every call goes over Ray. ``LINEAGE_DATA_COORDINATOR_SOCKET=0`` turns
-  the channel off entirely.
+  present the cluster's certificate and verify the other's against its CA, and every byte after the
+  TLS handshake is encrypted and integrity-protected by TLS. If they cannot be loaded, the channel is
+  not started and every call goes over Ray. ``LINEAGE_DATA_COORDINATOR_SOCKET=0`` turns the channel off.
 
-Anything the server does not like (a bad handshake, tag, method, size or encoding) closes that
-connection and nothing else: the coordinator goes on serving the others, and the client falls back
-to the Ray call. Written by hand because no library in the dependency set does authenticated RPC over
-asyncio streams (Ray's own gRPC is what this channel exists to avoid); the primitives are the standard
-library's ``hmac``, ``hashlib``, ``secrets`` and ``ssl``, and msgpack.
+What the security rests on: only a peer that holds the secret gets a connection; under
+``RAY_USE_TLS`` the connection is also confidential and tamper-proof. Without TLS, frames after the
+handshake are plain TCP, neither encrypted nor authenticated one by one: an attacker on the path
+between a worker and the coordinator can read them, and can alter or inject frames in a connection
+that has already authenticated. That is the same exposure as Ray's own unencrypted gRPC inside the
+cluster (which carries the secret itself, and every task's pickles); a cluster that must withstand
+an on-path attacker runs Ray with TLS, and then this channel is TLS too.
+
+Anything the server does not like (a failed challenge, a method index out of the table, an oversized
+frame, bytes that do not decode) closes that connection and nothing else: the coordinator goes on
+serving the others, and the client falls back to the Ray call.
 
 This module does not import Ray: its tests run the server and the client in one process.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import os
-import secrets
 import socket
 import ssl
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import answer_challenge, deliver_challenge
+from typing import Any, cast
 
 import msgpack
 import numpy as np
@@ -56,12 +60,9 @@ from lineage_data._core.state import METHODS, CommitResult, Handoff, Verdict
 # A frame names a call by its index there; both ends of a run load the same table.
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 
-MAGIC = b"LDC1"  # the protocol, first bytes the server sends
-NONCE = 16
-TAG = 16  # BLAKE2b tag bytes per frame
 MAX_FRAME = 32 << 20  # a larger frame is refused (the client sends such a call over Ray)
-_HEADER = struct.Struct("!IB")  # body length, then the method index (request) or status (reply)
-_SEQ = struct.Struct("!cQ")  # what a tag covers besides the frame: direction and sequence number
+_LENGTH = struct.Struct("!i")  # multiprocessing.connection's frame header: the length that follows
+_HEADER = struct.Struct("!iB")  # a call's or answer's: the length, then the method index or status
 _OK, _ERROR = 0, 1
 _HANDSHAKE_S = 10.0  # a connection that has not authenticated by then is closed
 
@@ -101,7 +102,7 @@ def tls_context(server: bool) -> ssl.SSLContext:
 
     The peer's certificate is verified against ``RAY_TLS_CA_CERT``; host names are not checked (a
     cluster's certificates name its nodes in ways this process cannot know), the CA and the per-run
-    secret of the handshake are what authenticate the peer. Raises ``OSError`` or ``ssl.SSLError``
+    secret of the challenge are what authenticate the peer. Raises ``OSError`` or ``ssl.SSLError``
     when a file is missing or unreadable, ``KeyError`` when a variable is not set.
     """
     cert, key = os.environ["RAY_TLS_SERVER_CERT"], os.environ["RAY_TLS_SERVER_KEY"]
@@ -189,54 +190,91 @@ def _error(name: str, message: str) -> Exception:
     return RuntimeError(f"{name}: {message}")
 
 
-# -- session -------------------------------------------------------------------------------------
+# -- frames --------------------------------------------------------------------------------------
 
 
-class _Session:
-    """Tags and sequence numbers of one authenticated connection, one side of it."""
+class Frames:
+    """Length-prefixed messages over a socket: ``multiprocessing.connection``'s framing, over TLS too.
 
-    def __init__(self, secret: bytes, server_nonce: bytes, client_nonce: bytes, server: bool):
-        nonces = server_nonce + client_nonce
-        self.key = hmac.digest(secret, b"lineage-data session" + nonces, "sha256")
-        self.out_dir, self.in_dir = (b"s", b"c") if server else (b"c", b"s")
-        self.out_seq = self.in_seq = 0
+    The wire format is :class:`multiprocessing.connection.Connection`'s (a 4-byte big-endian length,
+    then the bytes) and the object has the two methods its ``deliver_challenge`` and
+    ``answer_challenge`` use. Not ``Connection`` itself: it reads and writes the file descriptor with
+    ``os.read``/``os.write``, which would bypass the TLS layer of an ``ssl`` socket and ignore the
+    socket's timeout (a client must not wait for ever on a coordinator that hangs), so one small
+    class serves both the plain and the TLS socket.
+    """
 
-    def _tag(self, direction: bytes, seq: int, header: bytes, body: bytes) -> bytes:
-        mac = hashlib.blake2b(key=self.key, digest_size=TAG)
-        mac.update(_SEQ.pack(direction, seq))
-        mac.update(header)
-        mac.update(body)
-        return mac.digest()
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._file = sock.makefile("rb")
 
-    def seal(self, code: int, body: bytes) -> bytes:
-        """One outgoing frame: header, body, tag."""
-        header = _HEADER.pack(len(body), code)
-        tag = self._tag(self.out_dir, self.out_seq, header, body)
-        self.out_seq += 1
-        return header + body + tag
+    def send_bytes(self, data: bytes) -> None:
+        """One message (the challenge's)."""
+        self.sock.sendall(_LENGTH.pack(len(data)) + data)
 
-    def check(self, header: bytes, body: bytes, tag: bytes) -> bool:
-        """Whether an incoming frame is the next one the peer sent, unaltered."""
-        ok = hmac.compare_digest(self._tag(self.in_dir, self.in_seq, header, body), tag)
-        self.in_seq += 1
-        return ok
+    def send(self, code: int, body: bytes) -> None:
+        """One call or answer: the method index or status, then the msgpack body."""
+        self.sock.sendall(_HEADER.pack(len(body) + 1, code) + body)
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        """The next message; ``ChannelError`` when it is longer than ``maxlength`` (it is not read).
+
+        ``EOFError`` when the peer hung up.
+        """
+        (size,) = _LENGTH.unpack(self._read(_LENGTH.size))
+        if size < 0 or (maxlength is not None and size > maxlength):
+            raise ChannelError(f"a {size}-byte frame is over the limit")
+        return self._read(size)
+
+    def recv(self) -> tuple[int, bytes]:
+        """The next call or answer: ``(method index or status, body)``."""
+        frame = self.recv_bytes(MAX_FRAME + 1)
+        if not frame:
+            raise ChannelError("an empty frame")
+        return frame[0], frame[1:]
+
+    def _read(self, size: int) -> bytes:
+        data = self._file.read(size)
+        if len(data) != size:
+            raise EOFError("the peer closed the connection")
+        return data
+
+    def close(self) -> None:
+        """Hang up."""
+        try:
+            self._file.close()
+            self.sock.close()
+        except OSError:
+            pass
 
 
-def _proof(secret: bytes, role: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    return hmac.digest(secret, b"lineage-data " + role + server_nonce + client_nonce, "sha256")
+def _authenticate(frames: Frames, secret: bytes, server: bool) -> None:
+    """Both challenges, in ``multiprocessing``'s order: the server asks first.
 
-
-_PROOF = hashlib.sha256().digest_size
+    Raises ``AuthenticationError`` when the peer does not hold the secret, ``ChannelError``,
+    ``OSError`` or ``AssertionError`` (``answer_challenge``'s check of the greeting) when it does not
+    speak the protocol.
+    """
+    conn = cast(Any, frames)  # typed as a Connection; they call only send_bytes and recv_bytes
+    if server:
+        deliver_challenge(conn, secret)
+        answer_challenge(conn, secret)
+    else:
+        answer_challenge(conn, secret)
+        deliver_challenge(conn, secret)
 
 
 # -- server --------------------------------------------------------------------------------------
 
 
 class ChannelServer:
-    """Serves ``apply(method, args, kwargs)`` to authenticated clients, one call at a time per client.
+    """Serves ``apply(method, args, kwargs)`` to authenticated clients, one thread per connection.
 
-    Runs on the caller's asyncio event loop (the coordinator actor's), so calls from every client
-    are applied one at a time, between the actor's own method calls.
+    ``multiprocessing.connection``'s challenge and ``ssl``'s handshake are blocking calls, so the
+    server runs on threads of its own, not on the caller's event loop: a thread accepts, and each
+    connection is served by a thread that reads a call, applies it and answers. ``apply`` is thus
+    called from several threads; it must serialize the calls itself (the coordinator's takes the lock
+    its Ray calls take too, so the state still sees one call at a time).
     """
 
     def __init__(
@@ -248,7 +286,8 @@ class ChannelServer:
         self._secret = secret
         self._apply = apply
         self._ssl = ssl_context
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._lock = threading.Lock()
         self.refused = 0  # connections closed for a protocol violation (tests read it)
 
     @property
@@ -256,75 +295,80 @@ class ChannelServer:
         """Whether connections are TLS."""
         return self._ssl is not None
 
-    async def start(self, host: str, port: int = 0) -> tuple[str, int]:
+    def start(self, host: str, port: int = 0) -> tuple[str, int]:
         """Listen on ``host``; returns the address bound."""
-        self._server = await asyncio.start_server(self._serve, host=host, port=port, ssl=self._ssl)
-        bound = self._server.sockets[0].getsockname()
+        self._listener = socket.create_server((host, port))
+        threading.Thread(
+            target=self._accept, args=(self._listener,), name="coordinator-channel", daemon=True
+        ).start()
+        bound = self._listener.getsockname()
         return bound[0], bound[1]
 
     def close(self) -> None:
         """Stop listening (open connections end when their clients hang up)."""
-        if self._server is not None:
-            self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
+        if self._listener is not None:
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept
             except OSError:
                 pass
-        try:
-            try:
-                session = await asyncio.wait_for(self._handshake(reader, writer), _HANDSHAKE_S)
-            except TimeoutError:
-                session = None  # a peer that connects and says nothing does not hold a slot
-            if session is None:
-                self.refused += 1
-                return
-            while True:
-                header = await reader.readexactly(_HEADER.size)
-                size, index = _HEADER.unpack(header)
-                if size > MAX_FRAME:
-                    self.refused += 1
-                    return
-                frame = await reader.readexactly(size + TAG)
-                body, tag = frame[:size], frame[size:]
-                if not session.check(header, body, tag) or index >= len(METHODS):
-                    self.refused += 1
-                    return
-                try:
-                    args, kwargs = _unpack(body)
-                    if not isinstance(args, list) or not isinstance(kwargs, dict):
-                        raise ValueError("a call is [args, kwargs]")
-                except Exception:  # noqa: BLE001 - any decoding failure: refuse the connection
-                    self.refused += 1
-                    return
-                try:
-                    reply = session.seal(_OK, _pack(self._apply(METHODS[index], args, kwargs)))
-                except Exception as exc:  # noqa: BLE001 - the caller raises it (type name + message)
-                    reply = session.seal(_ERROR, _pack([type(exc).__name__, str(exc)]))
-                writer.write(reply)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
+            self._listener.close()
 
-    async def _handshake(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> _Session | None:
-        server_nonce = secrets.token_bytes(NONCE)
-        writer.write(MAGIC + server_nonce)
-        await writer.drain()
-        answer = await reader.readexactly(NONCE + _PROOF)
-        client_nonce, proof = answer[:NONCE], answer[NONCE:]
-        expected = _proof(self._secret, b"client", server_nonce, client_nonce)
-        if not hmac.compare_digest(proof, expected):
-            return None
-        writer.write(_proof(self._secret, b"server", server_nonce, client_nonce))
-        await writer.drain()
-        return _Session(self._secret, server_nonce, client_nonce, server=True)
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _refuse(self) -> None:
+        with self._lock:
+            self.refused += 1
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(
+                _HANDSHAKE_S
+            )  # a peer that connects and says nothing does not hold a slot
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(sock, server_side=True)
+            frames = Frames(sock)
+        except OSError:  # ssl.SSLError is an OSError: no TLS handshake, no connection
+            self._refuse()
+            sock.close()
+            return
+        try:
+            _authenticate(frames, self._secret, server=True)
+            sock.settimeout(None)
+            self._calls(frames)
+        except Exception:  # noqa: BLE001 - a failed challenge or a bad frame: refuse the connection
+            self._refuse()
+        finally:
+            frames.close()
+
+    def _calls(self, frames: Frames) -> None:
+        """Answer calls until the client hangs up; raises on the first frame it must refuse."""
+        while True:
+            try:
+                index, body = frames.recv()
+            except ChannelError:
+                raise  # oversized or empty
+            except (EOFError, OSError):
+                return  # the client hung up (ssl.SSLError is an OSError)
+            if index >= len(METHODS):
+                raise ChannelError(f"no method {index}")
+            args, kwargs = _unpack(body)
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise ChannelError("a call is [args, kwargs]")
+            try:
+                status, reply = _OK, _pack(self._apply(METHODS[index], args, kwargs))
+            except Exception as exc:  # noqa: BLE001 - the caller raises it (type name + message)
+                status, reply = _ERROR, _pack([type(exc).__name__, str(exc)])
+            try:
+                frames.send(status, reply)
+            except OSError:
+                return
 
 
 # -- client --------------------------------------------------------------------------------------
@@ -333,8 +377,8 @@ class ChannelServer:
 class ChannelClient:
     """One process's blocking connection to a :class:`ChannelServer`. Calls on it are serialized.
 
-    Raises :class:`ChannelError` (a ``ConnectionError``) when the server cannot be reached, refuses the
-    handshake or answers with a frame that fails its tag; :class:`Unencodable` before sending when
+    Raises :class:`ChannelError` (a ``ConnectionError``) when the server cannot be reached, fails the
+    challenge or answers with a frame that does not decode; :class:`Unencodable` before sending when
     the arguments cannot travel; the server's exception (rebuilt from its type name) when the call
     itself raised.
     """
@@ -353,30 +397,19 @@ class ChannelClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=host)
-            self._sock = sock
-            self._file = sock.makefile("rb")
-            self._session = self._handshake(secret)
-        except (OSError, ssl.SSLError) as exc:
+            self._frames = Frames(sock)
+            _authenticate(self._frames, secret, server=False)
+        except (OSError, EOFError, AuthenticationError, AssertionError, ValueError) as exc:
+            # ValueError: an HMAC digest this Python's build refuses (MD5 under FIPS).
             sock.close()
             raise ChannelError(f"the coordinator channel refused the connection: {exc}") from exc
+        self._sock = sock
         self._lock = threading.Lock()
 
     @property
     def tls_version(self) -> str | None:
         """The TLS version of the connection, None when it is plain TCP."""
         return self._sock.version() if isinstance(self._sock, ssl.SSLSocket) else None
-
-    def _handshake(self, secret: bytes) -> _Session:
-        hello = self._read(len(MAGIC) + NONCE)
-        if hello[: len(MAGIC)] != MAGIC:
-            raise ChannelError("not a lineage_data coordinator channel")
-        server_nonce = hello[len(MAGIC) :]
-        client_nonce = secrets.token_bytes(NONCE)
-        self._sock.sendall(client_nonce + _proof(secret, b"client", server_nonce, client_nonce))
-        expected = _proof(secret, b"server", server_nonce, client_nonce)
-        if not hmac.compare_digest(self._read(_PROOF), expected):
-            raise ChannelError("the coordinator channel did not prove it knows the secret")
-        return _Session(secret, server_nonce, client_nonce, server=False)
 
     def call(self, method: str, args: tuple | list, kwargs: dict) -> Any:
         """Apply ``method`` on the server and return its answer."""
@@ -387,16 +420,13 @@ class ChannelClient:
         if len(body) > MAX_FRAME:
             raise Unencodable(f"a {len(body)}-byte call is over the channel's {MAX_FRAME} bytes")
         with self._lock:
-            self._sock.sendall(self._session.seal(index, body))
-            header = self._read(_HEADER.size)
-            size, status = _HEADER.unpack(header)
-            if size > MAX_FRAME:
-                raise ChannelError("the coordinator channel sent an oversized frame")
-            frame = self._read(size + TAG)
-            if not self._session.check(header, frame[:size], frame[size:]):
-                raise ChannelError("a reply on the coordinator channel failed its authentication")
+            self._frames.send(index, body)
+            try:
+                status, reply = self._frames.recv()
+            except EOFError as exc:
+                raise ChannelError("the coordinator closed the connection") from exc
         try:
-            value = _unpack(frame[:size])
+            value = _unpack(reply)
         except Exception as exc:  # noqa: BLE001 - a reply that does not decode: drop the channel
             raise ChannelError(f"an undecodable reply on the coordinator channel: {exc}") from exc
         if status != _OK:
@@ -404,16 +434,6 @@ class ChannelClient:
             raise _error(str(name), str(message))
         return value
 
-    def _read(self, size: int) -> bytes:
-        data = self._file.read(size)
-        if len(data) != size:
-            raise ChannelError("the coordinator closed the connection")
-        return data
-
     def close(self) -> None:
         """Hang up."""
-        try:
-            self._file.close()
-            self._sock.close()
-        except OSError:
-            pass
+        self._frames.close()
