@@ -39,6 +39,7 @@ This module does not import Ray: its tests run the server and the client in one 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import ssl
@@ -47,7 +48,7 @@ import threading
 from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import answer_challenge, deliver_challenge
-from typing import Any, cast
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -194,14 +195,15 @@ def _error(name: str, message: str) -> Exception:
 
 
 class Frames:
-    """Length-prefixed messages over a socket: ``multiprocessing.connection``'s framing, over TLS too.
+    """The client's length-prefixed messages: ``multiprocessing.connection``'s framing, over TLS too.
 
     The wire format is :class:`multiprocessing.connection.Connection`'s (a 4-byte big-endian length,
     then the bytes) and the object has the two methods its ``deliver_challenge`` and
     ``answer_challenge`` use. Not ``Connection`` itself: it reads and writes the file descriptor with
     ``os.read``/``os.write``, which would bypass the TLS layer of an ``ssl`` socket and ignore the
     socket's timeout (a client must not wait for ever on a coordinator that hangs), so one small
-    class serves both the plain and the TLS socket.
+    class serves both the plain and the TLS socket. The server reads the same frames from asyncio
+    streams (:func:`_read`).
     """
 
     def __init__(self, sock: socket.socket) -> None:
@@ -248,33 +250,71 @@ class Frames:
             pass
 
 
-def _authenticate(frames: Frames, secret: bytes, server: bool) -> None:
+def _authenticate(frames: Any, secret: bytes, server: bool) -> None:
     """Both challenges, in ``multiprocessing``'s order: the server asks first.
 
     Raises ``AuthenticationError`` when the peer does not hold the secret, ``ChannelError``,
     ``OSError`` or ``AssertionError`` (``answer_challenge``'s check of the greeting) when it does not
     speak the protocol.
     """
-    conn = cast(Any, frames)  # typed as a Connection; they call only send_bytes and recv_bytes
+    # ``frames``: a Frames, or the server's _Bridge; the challenge functions call only
+    # send_bytes and recv_bytes (typed as taking a Connection).
     if server:
-        deliver_challenge(conn, secret)
-        answer_challenge(conn, secret)
+        deliver_challenge(frames, secret)
+        answer_challenge(frames, secret)
     else:
-        answer_challenge(conn, secret)
-        deliver_challenge(conn, secret)
+        answer_challenge(frames, secret)
+        deliver_challenge(frames, secret)
 
 
 # -- server --------------------------------------------------------------------------------------
 
 
-class ChannelServer:
-    """Serves ``apply(method, args, kwargs)`` to authenticated clients, one thread per connection.
+class _Bridge:
+    """One connection of the server's event loop, as the challenge functions see it from a thread.
 
-    ``multiprocessing.connection``'s challenge and ``ssl``'s handshake are blocking calls, so the
-    server runs on threads of its own, not on the caller's event loop: a thread accepts, and each
-    connection is served by a thread that reads a call, applies it and answers. ``apply`` is thus
-    called from several threads; it must serialize the calls itself (the coordinator's takes the lock
-    its Ray calls take too, so the state still sees one call at a time).
+    ``deliver_challenge`` and ``answer_challenge`` are blocking functions of a connection object
+    (``send_bytes``/``recv_bytes``); the server's connections are asyncio streams. The challenge
+    runs once per connection on a worker thread, each of its reads and writes handed to the loop.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._reader, self._writer, self._loop = reader, writer, loop
+
+    def send_bytes(self, data: bytes) -> None:
+        self._wait(_write(self._writer, _LENGTH.pack(len(data)) + data))
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        return self._wait(_read(self._reader, maxlength))
+
+    def _wait(self, step: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(step, self._loop).result(_HANDSHAKE_S)
+
+
+async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(data)
+    await writer.drain()
+
+
+async def _read(reader: asyncio.StreamReader, maxlength: int | None) -> bytes:
+    """The next message of a stream; ``ChannelError`` when it is over ``maxlength`` (not read)."""
+    (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    if size < 0 or (maxlength is not None and size > maxlength):
+        raise ChannelError(f"a {size}-byte frame is over the limit")
+    return await reader.readexactly(size)
+
+
+class ChannelServer:
+    """Serves ``apply(method, args, kwargs)`` to authenticated clients, one call at a time per client.
+
+    Runs on the caller's asyncio event loop (the coordinator actor's), so calls from every client
+    are applied one at a time, between the actor's own method calls, on the loop's thread. Only
+    each connection's challenge runs on a worker thread (the standard library's functions block).
     """
 
     def __init__(
@@ -286,8 +326,7 @@ class ChannelServer:
         self._secret = secret
         self._apply = apply
         self._ssl = ssl_context
-        self._listener: socket.socket | None = None
-        self._lock = threading.Lock()
+        self._server: asyncio.Server | None = None
         self.refused = 0  # connections closed for a protocol violation (tests read it)
 
     @property
@@ -295,79 +334,60 @@ class ChannelServer:
         """Whether connections are TLS."""
         return self._ssl is not None
 
-    def start(self, host: str, port: int = 0) -> tuple[str, int]:
+    async def start(self, host: str, port: int = 0) -> tuple[str, int]:
         """Listen on ``host``; returns the address bound."""
-        self._listener = socket.create_server((host, port))
-        threading.Thread(
-            target=self._accept, args=(self._listener,), name="coordinator-channel", daemon=True
-        ).start()
-        bound = self._listener.getsockname()
+        self._server = await asyncio.start_server(self._serve, host=host, port=port, ssl=self._ssl)
+        bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 
     def close(self) -> None:
         """Stop listening (open connections end when their clients hang up)."""
-        if self._listener is not None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
             try:
-                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-            self._listener.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _refuse(self) -> None:
-        with self._lock:
-            self.refused += 1
-
-    def _serve(self, sock: socket.socket) -> None:
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(
-                _HANDSHAKE_S
-            )  # a peer that connects and says nothing does not hold a slot
-            if self._ssl is not None:
-                sock = self._ssl.wrap_socket(sock, server_side=True)
-            frames = Frames(sock)
-        except OSError:  # ssl.SSLError is an OSError: no TLS handshake, no connection
-            self._refuse()
-            sock.close()
+            bridge = _Bridge(reader, writer, asyncio.get_running_loop())
+            challenge = asyncio.to_thread(_authenticate, bridge, self._secret, True)
+            await asyncio.wait_for(challenge, _HANDSHAKE_S)
+        except Exception:  # noqa: BLE001 - a failed or unanswered challenge: refuse the connection
+            self.refused += 1
+            writer.close()
             return
         try:
-            _authenticate(frames, self._secret, server=True)
-            sock.settimeout(None)
-            self._calls(frames)
-        except Exception:  # noqa: BLE001 - a failed challenge or a bad frame: refuse the connection
-            self._refuse()
+            await self._calls(reader, writer)
+        except Exception:  # noqa: BLE001 - a bad frame: refuse the connection, and only it
+            self.refused += 1
         finally:
-            frames.close()
+            writer.close()
 
-    def _calls(self, frames: Frames) -> None:
+    async def _calls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Answer calls until the client hangs up; raises on the first frame it must refuse."""
         while True:
             try:
-                index, body = frames.recv()
-            except ChannelError:
-                raise  # oversized or empty
-            except (EOFError, OSError):
-                return  # the client hung up (ssl.SSLError is an OSError)
-            if index >= len(METHODS):
-                raise ChannelError(f"no method {index}")
-            args, kwargs = _unpack(body)
+                frame = await _read(reader, MAX_FRAME + 1)
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError) as exc:
+                if isinstance(exc, ChannelError):
+                    raise  # oversized
+                return  # the client hung up
+            if not frame or frame[0] >= len(METHODS):
+                raise ChannelError("no such method")
+            args, kwargs = _unpack(frame[1:])
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise ChannelError("a call is [args, kwargs]")
             try:
-                status, reply = _OK, _pack(self._apply(METHODS[index], args, kwargs))
+                status, reply = _OK, _pack(self._apply(METHODS[frame[0]], args, kwargs))
             except Exception as exc:  # noqa: BLE001 - the caller raises it (type name + message)
                 status, reply = _ERROR, _pack([type(exc).__name__, str(exc)])
             try:
-                frames.send(status, reply)
-            except OSError:
+                await _write(writer, _HEADER.pack(len(reply) + 1, status) + reply)
+            except (ConnectionError, ssl.SSLError):
                 return
 
 

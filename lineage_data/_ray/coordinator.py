@@ -6,10 +6,9 @@ state of a new epoch (see :mod:`lineage_data._core.state`).
 
 A Ray actor call costs about 1 ms on a small machine, and one actor serves at most ~1,000 of them a
 second: less than the map stages of a fine-grained job make (two calls per batch). So the actor also
-serves the same calls on a TCP socket of its own, on threads of its own (one connection per calling
-process; a lock keeps the state's calls one at a time): ~0.03 ms a call. The channel
-(:mod:`lineage_data._ray.channel`) carries no pickles, authenticates every connection with
-``multiprocessing.connection``'s challenge on a secret that each incarnation draws and hands out
+serves the same calls on a TCP socket of its own, on its event loop (one connection per calling
+process): ~0.03 ms a call. The channel (:mod:`lineage_data._ray.channel`) carries no pickles,
+authenticates every connection with ``multiprocessing.connection``'s challenge on a secret that each incarnation draws and hands out
 over Ray's own channel (it never crosses the socket), and is TLS when Ray's traffic is. Any trouble
 on the socket (the actor restarted, a port the network refuses, a call it cannot carry) makes the
 client fall back to the Ray call for that call, which survives the actor's restart, and ask for the
@@ -43,19 +42,13 @@ _RETRY_CHANNEL_S = 2.0  # after a failed connect, use Ray calls for this long be
 
 @ray.remote(num_cpus=0)
 class CoordinatorActor:
-    """Holds one execution's lineage state. Methods run one at a time on the actor's event loop.
-
-    Calls that come over the socket channel run on its threads, under the same lock as ``call``.
-    """
+    """Holds one execution's lineage state. Methods run one at a time on the actor's event loop."""
 
     def __init__(self, columns: dict[str, list[str]] | None = None) -> None:
         self._state = LineageState(columns)
         self._secret = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
         self._address: tuple[str, int] | None = None
-        # The channel serves its connections on threads of its own: this lock keeps the state
-        # single-writer, one call at a time whether it came over Ray or over the socket.
-        self._lock = threading.Lock()
 
     async def ping(self) -> int:
         """Liveness check; returns the state's epoch."""
@@ -77,7 +70,7 @@ class CoordinatorActor:
             try:
                 context = tls_context(server=True) if ray_uses_tls() else None
                 server = ChannelServer(self._secret, self._apply, context)
-                self._address = server.start(ray.util.get_node_ip_address())
+                self._address = await server.start(ray.util.get_node_ip_address())
             except (OSError, KeyError):  # ssl.SSLError is an OSError
                 return None
             self._server = server
@@ -87,8 +80,7 @@ class CoordinatorActor:
     def _apply(self, method: str, args: Sequence, kwargs: dict) -> Any:
         if method not in METHODS:
             raise AttributeError(f"the coordinator has no method {method!r}")
-        with self._lock:
-            return getattr(self._state, method)(*args, **kwargs)
+        return getattr(self._state, method)(*args, **kwargs)
 
 
 def start_coordinator(

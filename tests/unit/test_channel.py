@@ -30,20 +30,25 @@ SECRET = secrets.token_bytes(32)
 
 
 class Served:
-    """A ChannelServer over a LineageState, on the server's own threads."""
+    """A ChannelServer over a LineageState on an event loop of its own thread."""
 
     def __init__(self, secret: bytes = SECRET, ssl_context: ssl.SSLContext | None = None):
         self.state = LineageState()
         self.applied: list[str] = []
-        lock = threading.Lock()
+        self.threads: set[int] = set()  # where apply ran
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
         def apply(method: str, args: list, kwargs: dict):
-            with lock:  # as the coordinator's: one call at a time
-                self.applied.append(method)
-                return getattr(self.state, method)(*args, **kwargs)
+            self.applied.append(method)
+            self.threads.add(threading.get_ident())
+            return getattr(self.state, method)(*args, **kwargs)
 
         self.server = ch.ChannelServer(secret, apply, ssl_context)
-        self.host, self.port = self.server.start("127.0.0.1")
+        self.host, self.port = self._run(self.server.start("127.0.0.1"))
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
 
     def client(self, secret: bytes = SECRET, ssl_context=None) -> ch.ChannelClient:
         return ch.ChannelClient(self.host, self.port, secret, timeout=10, ssl_context=ssl_context)
@@ -51,8 +56,26 @@ class Served:
     def raw(self) -> socket.socket:
         return socket.create_connection((self.host, self.port), timeout=10)
 
+    def loop_thread(self) -> int:
+        async def ident():
+            return threading.get_ident()
+
+        return self._run(ident())
+
     def close(self):
-        self.server.close()
+        if not self.loop.is_running():
+            return
+
+        async def stop():
+            self.server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        self._run(stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        while self.loop.is_running():
+            time.sleep(0.001)
 
 
 @pytest.fixture
@@ -337,32 +360,9 @@ def test_a_coordinator_that_hangs_times_the_client_out():
         listener.close()
 
 
-def test_the_coordinator_applies_socket_and_ray_calls_one_at_a_time():
-    """The server's connections run on threads: the actor's lock keeps its state single-writer."""
-    from lineage_data._ray.coordinator import CoordinatorActor
-
-    actor = CoordinatorActor.__ray_metadata__.modified_class()
-    state = actor._state
-    inside, most = [0], [0]
-
-    class Watched:
-        def __getattr__(self, name):
-            method = getattr(state, name)
-
-            def watched(*args, **kwargs):
-                inside[0] += 1  # unguarded on purpose: two calls at once would show here
-                most[0] = max(most[0], inside[0])
-                try:
-                    time.sleep(0.0005)
-                    return method(*args, **kwargs)
-                finally:
-                    inside[0] -= 1
-
-            return watched
-
-    actor._state = Watched()
-    host, port, secret, tls = asyncio.run(actor.channel())
-    clients = [ch.ChannelClient(host, port, secret, timeout=10) for _ in range(4)]
+def test_calls_from_many_clients_are_applied_on_the_event_loop_one_at_a_time(served):
+    """The state is single-writer: every call runs on the server's loop, none on a thread of its own."""
+    clients = [served.client() for _ in range(4)]
 
     def calls(client, k):
         for i in range(25):
@@ -371,19 +371,13 @@ def test_the_coordinator_applies_socket_and_ray_calls_one_at_a_time():
     threads = [threading.Thread(target=calls, args=(c, k)) for k, c in enumerate(clients)]
     for t in threads:
         t.start()
-
-    async def over_ray():  # the actor's own method, on its event loop, meanwhile
-        for i in range(25):
-            await actor.call("register_roots", ([f"ray-{i}"],), {})
-
-    asyncio.run(over_ray())
     for t in threads:
         t.join(30)
     roots, _ = clients[0].call("root_ids_since", [0], {})
-    assert len(roots) == 125 and most[0] == 1
+    assert len(roots) == 100
+    assert served.threads == {served.loop_thread()}
     for c in clients:
         c.close()
-    actor._server.close()
 
 
 # -- turned off ------------------------------------------------------------------------------------
@@ -423,7 +417,6 @@ def test_turned_off_the_actor_serves_no_socket_and_clients_use_ray_calls(monkeyp
 
     host, port, secret, tls = asyncio.run(served())
     assert port > 0 and len(secret) == 32 and tls is False
-    actor._server.close()
 
 
 def test_any_channel_failure_falls_back_to_the_ray_call(monkeypatch):
