@@ -1,32 +1,38 @@
-"""The coordinator's socket channel: authenticated frames that cannot run code when decoded.
+"""The coordinator's socket channel: authenticated connections, frames that cannot run code.
 
 A Ray actor call costs about 1 ms on a small machine, less than the two coordinator calls per batch of
 a fine-grained job can afford, so the coordinator also answers the same calls on a TCP socket of its
-own (~0.03 ms a call). That socket is reachable from the network, so it must not be the weakest door
-of the cluster:
+own (~0.03 ms a call). The protocol is the standard library's, with msgpack frames:
 
+- **Authentication: ``multiprocessing.connection``'s challenge.** Each connection starts with
+  :func:`~multiprocessing.connection.deliver_challenge` and
+  :func:`~multiprocessing.connection.answer_challenge` in both directions (as ``multiprocessing``'s
+  own ``Listener`` and ``Client`` do): each side proves it holds the per-incarnation secret by an HMAC
+  over a fresh random challenge from the other (HMAC-MD5 in Python 3.11, HMAC-SHA256 from 3.12). The
+  secret never crosses the socket; it reaches the workers over Ray's own channel.
 - **Nothing on the wire can run code.** Arguments and answers are msgpack (ids, counts, small tuples)
   with four extension types (an Arrow array as Arrow IPC, a verdict, a hand-off, a commit result),
-  rebuilt field by field; no pickle in either direction. An error travels back as its type name and
-  message. The method is a small index into :data:`METHODS`, checked before the arguments are decoded,
-  and the frame's authentication tag is checked before either.
-- **The secret never travels.** Each connection starts with a challenge-response: the server sends a
-  fresh nonce, the client a nonce of its own and ``HMAC(secret, nonces)``, the server proves it knows
-  the secret too. Both derive a session key from the nonces; every frame carries a keyed BLAKE2b tag
-  over its direction, its sequence number and its bytes, so a frame cannot be forged, altered,
-  replayed or moved to another connection. The secret itself reaches the workers over Ray's own
-  (authenticated, TLS when configured) channel.
+  rebuilt field by field; no pickle in either direction (the channel never calls ``Connection.recv``,
+  which unpickles). An error travels back as its type name and message. The method is a small index
+  into :data:`METHODS`, checked before the arguments are decoded, and a frame over
+  :data:`MAX_FRAME` is refused before it is read.
 - **TLS when Ray uses TLS.** With ``RAY_USE_TLS=1`` the socket is wrapped in mutual TLS with Ray's
   certificates (``RAY_TLS_SERVER_CERT``, ``RAY_TLS_SERVER_KEY``, ``RAY_TLS_CA_CERT``): both sides
-  present the cluster's certificate and verify the other's against its CA. If they cannot be loaded,
-  the channel is not started and every call goes over Ray. ``LINEAGE_DATA_COORDINATOR_SOCKET=0`` turns
-  the channel off entirely.
+  present the cluster's certificate and verify the other's against its CA, and every byte after the
+  TLS handshake is encrypted and integrity-protected by TLS. If they cannot be loaded, the channel is
+  not started and every call goes over Ray. ``LINEAGE_DATA_COORDINATOR_SOCKET=0`` turns the channel off.
 
-Anything the server does not like (a bad handshake, tag, method, size or encoding) closes that
-connection and nothing else: the coordinator goes on serving the others, and the client falls back
-to the Ray call. Written by hand because no library in the dependency set does authenticated RPC over
-asyncio streams (Ray's own gRPC is what this channel exists to avoid); the primitives are the standard
-library's ``hmac``, ``hashlib``, ``secrets`` and ``ssl``, and msgpack.
+What the security rests on: only a peer that holds the secret gets a connection; under
+``RAY_USE_TLS`` the connection is also confidential and tamper-proof. Without TLS, frames after the
+handshake are plain TCP, neither encrypted nor authenticated one by one: an attacker on the path
+between a worker and the coordinator can read them, and can alter or inject frames in a connection
+that has already authenticated. That is the same exposure as Ray's own unencrypted gRPC inside the
+cluster (which carries the secret itself, and every task's pickles); a cluster that must withstand
+an on-path attacker runs Ray with TLS, and then this channel is TLS too.
+
+Anything the server does not like (a failed challenge, a method index out of the table, an oversized
+frame, bytes that do not decode) closes that connection and nothing else: the coordinator goes on
+serving the others, and the client falls back to the Ray call.
 
 This module does not import Ray: its tests run the server and the client in one process.
 """
@@ -34,15 +40,14 @@ This module does not import Ray: its tests run the server and the client in one 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import os
-import secrets
 import socket
 import ssl
 import struct
 import threading
 from collections.abc import Callable
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import answer_challenge, deliver_challenge
 from typing import Any
 
 import msgpack
@@ -56,12 +61,9 @@ from lineage_data._core.state import METHODS, CommitResult, Handoff, Verdict
 # A frame names a call by its index there; both ends of a run load the same table.
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 
-MAGIC = b"LDC1"  # the protocol, first bytes the server sends
-NONCE = 16
-TAG = 16  # BLAKE2b tag bytes per frame
 MAX_FRAME = 32 << 20  # a larger frame is refused (the client sends such a call over Ray)
-_HEADER = struct.Struct("!IB")  # body length, then the method index (request) or status (reply)
-_SEQ = struct.Struct("!cQ")  # what a tag covers besides the frame: direction and sequence number
+_LENGTH = struct.Struct("!i")  # multiprocessing.connection's frame header: the length that follows
+_HEADER = struct.Struct("!iB")  # a call's or answer's: the length, then the method index or status
 _OK, _ERROR = 0, 1
 _HANDSHAKE_S = 10.0  # a connection that has not authenticated by then is closed
 
@@ -101,7 +103,7 @@ def tls_context(server: bool) -> ssl.SSLContext:
 
     The peer's certificate is verified against ``RAY_TLS_CA_CERT``; host names are not checked (a
     cluster's certificates name its nodes in ways this process cannot know), the CA and the per-run
-    secret of the handshake are what authenticate the peer. Raises ``OSError`` or ``ssl.SSLError``
+    secret of the challenge are what authenticate the peer. Raises ``OSError`` or ``ssl.SSLError``
     when a file is missing or unreadable, ``KeyError`` when a variable is not set.
     """
     cert, key = os.environ["RAY_TLS_SERVER_CERT"], os.environ["RAY_TLS_SERVER_KEY"]
@@ -189,54 +191,130 @@ def _error(name: str, message: str) -> Exception:
     return RuntimeError(f"{name}: {message}")
 
 
-# -- session -------------------------------------------------------------------------------------
+# -- frames --------------------------------------------------------------------------------------
 
 
-class _Session:
-    """Tags and sequence numbers of one authenticated connection, one side of it."""
+class Frames:
+    """The client's length-prefixed messages: ``multiprocessing.connection``'s framing, over TLS too.
 
-    def __init__(self, secret: bytes, server_nonce: bytes, client_nonce: bytes, server: bool):
-        nonces = server_nonce + client_nonce
-        self.key = hmac.digest(secret, b"lineage-data session" + nonces, "sha256")
-        self.out_dir, self.in_dir = (b"s", b"c") if server else (b"c", b"s")
-        self.out_seq = self.in_seq = 0
+    The wire format is :class:`multiprocessing.connection.Connection`'s (a 4-byte big-endian length,
+    then the bytes) and the object has the two methods its ``deliver_challenge`` and
+    ``answer_challenge`` use. Not ``Connection`` itself: it reads and writes the file descriptor with
+    ``os.read``/``os.write``, which would bypass the TLS layer of an ``ssl`` socket and ignore the
+    socket's timeout (a client must not wait for ever on a coordinator that hangs), so one small
+    class serves both the plain and the TLS socket. The server reads the same frames from asyncio
+    streams (:func:`_read`).
+    """
 
-    def _tag(self, direction: bytes, seq: int, header: bytes, body: bytes) -> bytes:
-        mac = hashlib.blake2b(key=self.key, digest_size=TAG)
-        mac.update(_SEQ.pack(direction, seq))
-        mac.update(header)
-        mac.update(body)
-        return mac.digest()
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._file = sock.makefile("rb")
 
-    def seal(self, code: int, body: bytes) -> bytes:
-        """One outgoing frame: header, body, tag."""
-        header = _HEADER.pack(len(body), code)
-        tag = self._tag(self.out_dir, self.out_seq, header, body)
-        self.out_seq += 1
-        return header + body + tag
+    def send_bytes(self, data: bytes) -> None:
+        """One message (the challenge's)."""
+        self.sock.sendall(_LENGTH.pack(len(data)) + data)
 
-    def check(self, header: bytes, body: bytes, tag: bytes) -> bool:
-        """Whether an incoming frame is the next one the peer sent, unaltered."""
-        ok = hmac.compare_digest(self._tag(self.in_dir, self.in_seq, header, body), tag)
-        self.in_seq += 1
-        return ok
+    def send(self, code: int, body: bytes) -> None:
+        """One call or answer: the method index or status, then the msgpack body."""
+        self.sock.sendall(_HEADER.pack(len(body) + 1, code) + body)
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        """The next message; ``ChannelError`` when it is longer than ``maxlength`` (it is not read).
+
+        ``EOFError`` when the peer hung up.
+        """
+        (size,) = _LENGTH.unpack(self._read(_LENGTH.size))
+        if size < 0 or (maxlength is not None and size > maxlength):
+            raise ChannelError(f"a {size}-byte frame is over the limit")
+        return self._read(size)
+
+    def recv(self) -> tuple[int, bytes]:
+        """The next call or answer: ``(method index or status, body)``."""
+        frame = self.recv_bytes(MAX_FRAME + 1)
+        if not frame:
+            raise ChannelError("an empty frame")
+        return frame[0], frame[1:]
+
+    def _read(self, size: int) -> bytes:
+        data = self._file.read(size)
+        if len(data) != size:
+            raise EOFError("the peer closed the connection")
+        return data
+
+    def close(self) -> None:
+        """Hang up."""
+        try:
+            self._file.close()
+            self.sock.close()
+        except OSError:
+            pass
 
 
-def _proof(secret: bytes, role: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    return hmac.digest(secret, b"lineage-data " + role + server_nonce + client_nonce, "sha256")
+def _authenticate(frames: Any, secret: bytes, server: bool) -> None:
+    """Both challenges, in ``multiprocessing``'s order: the server asks first.
 
-
-_PROOF = hashlib.sha256().digest_size
+    Raises ``AuthenticationError`` when the peer does not hold the secret, ``ChannelError``,
+    ``OSError`` or ``AssertionError`` (``answer_challenge``'s check of the greeting) when it does not
+    speak the protocol.
+    """
+    # ``frames``: a Frames, or the server's _Bridge; the challenge functions call only
+    # send_bytes and recv_bytes (typed as taking a Connection).
+    if server:
+        deliver_challenge(frames, secret)
+        answer_challenge(frames, secret)
+    else:
+        answer_challenge(frames, secret)
+        deliver_challenge(frames, secret)
 
 
 # -- server --------------------------------------------------------------------------------------
+
+
+class _Bridge:
+    """One connection of the server's event loop, as the challenge functions see it from a thread.
+
+    ``deliver_challenge`` and ``answer_challenge`` are blocking functions of a connection object
+    (``send_bytes``/``recv_bytes``); the server's connections are asyncio streams. The challenge
+    runs once per connection on a worker thread, each of its reads and writes handed to the loop.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._reader, self._writer, self._loop = reader, writer, loop
+
+    def send_bytes(self, data: bytes) -> None:
+        self._wait(_write(self._writer, _LENGTH.pack(len(data)) + data))
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        return self._wait(_read(self._reader, maxlength))
+
+    def _wait(self, step: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(step, self._loop).result(_HANDSHAKE_S)
+
+
+async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(data)
+    await writer.drain()
+
+
+async def _read(reader: asyncio.StreamReader, maxlength: int | None) -> bytes:
+    """The next message of a stream; ``ChannelError`` when it is over ``maxlength`` (not read)."""
+    (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    if size < 0 or (maxlength is not None and size > maxlength):
+        raise ChannelError(f"a {size}-byte frame is over the limit")
+    return await reader.readexactly(size)
 
 
 class ChannelServer:
     """Serves ``apply(method, args, kwargs)`` to authenticated clients, one call at a time per client.
 
     Runs on the caller's asyncio event loop (the coordinator actor's), so calls from every client
-    are applied one at a time, between the actor's own method calls.
+    are applied one at a time, between the actor's own method calls, on the loop's thread. Only
+    each connection's challenge runs on a worker thread (the standard library's functions block).
     """
 
     def __init__(
@@ -275,56 +353,42 @@ class ChannelServer:
             except OSError:
                 pass
         try:
-            try:
-                session = await asyncio.wait_for(self._handshake(reader, writer), _HANDSHAKE_S)
-            except TimeoutError:
-                session = None  # a peer that connects and says nothing does not hold a slot
-            if session is None:
-                self.refused += 1
-                return
-            while True:
-                header = await reader.readexactly(_HEADER.size)
-                size, index = _HEADER.unpack(header)
-                if size > MAX_FRAME:
-                    self.refused += 1
-                    return
-                frame = await reader.readexactly(size + TAG)
-                body, tag = frame[:size], frame[size:]
-                if not session.check(header, body, tag) or index >= len(METHODS):
-                    self.refused += 1
-                    return
-                try:
-                    args, kwargs = _unpack(body)
-                    if not isinstance(args, list) or not isinstance(kwargs, dict):
-                        raise ValueError("a call is [args, kwargs]")
-                except Exception:  # noqa: BLE001 - any decoding failure: refuse the connection
-                    self.refused += 1
-                    return
-                try:
-                    reply = session.seal(_OK, _pack(self._apply(METHODS[index], args, kwargs)))
-                except Exception as exc:  # noqa: BLE001 - the caller raises it (type name + message)
-                    reply = session.seal(_ERROR, _pack([type(exc).__name__, str(exc)]))
-                writer.write(reply)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
+            bridge = _Bridge(reader, writer, asyncio.get_running_loop())
+            challenge = asyncio.to_thread(_authenticate, bridge, self._secret, True)
+            await asyncio.wait_for(challenge, _HANDSHAKE_S)
+        except Exception:  # noqa: BLE001 - a failed or unanswered challenge: refuse the connection
+            self.refused += 1
+            writer.close()
+            return
+        try:
+            await self._calls(reader, writer)
+        except Exception:  # noqa: BLE001 - a bad frame: refuse the connection, and only it
+            self.refused += 1
         finally:
             writer.close()
 
-    async def _handshake(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> _Session | None:
-        server_nonce = secrets.token_bytes(NONCE)
-        writer.write(MAGIC + server_nonce)
-        await writer.drain()
-        answer = await reader.readexactly(NONCE + _PROOF)
-        client_nonce, proof = answer[:NONCE], answer[NONCE:]
-        expected = _proof(self._secret, b"client", server_nonce, client_nonce)
-        if not hmac.compare_digest(proof, expected):
-            return None
-        writer.write(_proof(self._secret, b"server", server_nonce, client_nonce))
-        await writer.drain()
-        return _Session(self._secret, server_nonce, client_nonce, server=True)
+    async def _calls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer calls until the client hangs up; raises on the first frame it must refuse."""
+        while True:
+            try:
+                frame = await _read(reader, MAX_FRAME + 1)
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError) as exc:
+                if isinstance(exc, ChannelError):
+                    raise  # oversized
+                return  # the client hung up
+            if not frame or frame[0] >= len(METHODS):
+                raise ChannelError("no such method")
+            args, kwargs = _unpack(frame[1:])
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise ChannelError("a call is [args, kwargs]")
+            try:
+                status, reply = _OK, _pack(self._apply(METHODS[frame[0]], args, kwargs))
+            except Exception as exc:  # noqa: BLE001 - the caller raises it (type name + message)
+                status, reply = _ERROR, _pack([type(exc).__name__, str(exc)])
+            try:
+                await _write(writer, _HEADER.pack(len(reply) + 1, status) + reply)
+            except (ConnectionError, ssl.SSLError):
+                return
 
 
 # -- client --------------------------------------------------------------------------------------
@@ -333,8 +397,8 @@ class ChannelServer:
 class ChannelClient:
     """One process's blocking connection to a :class:`ChannelServer`. Calls on it are serialized.
 
-    Raises :class:`ChannelError` (a ``ConnectionError``) when the server cannot be reached, refuses the
-    handshake or answers with a frame that fails its tag; :class:`Unencodable` before sending when
+    Raises :class:`ChannelError` (a ``ConnectionError``) when the server cannot be reached, fails the
+    challenge or answers with a frame that does not decode; :class:`Unencodable` before sending when
     the arguments cannot travel; the server's exception (rebuilt from its type name) when the call
     itself raised.
     """
@@ -353,30 +417,19 @@ class ChannelClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=host)
-            self._sock = sock
-            self._file = sock.makefile("rb")
-            self._session = self._handshake(secret)
-        except (OSError, ssl.SSLError) as exc:
+            self._frames = Frames(sock)
+            _authenticate(self._frames, secret, server=False)
+        except (OSError, EOFError, AuthenticationError, AssertionError, ValueError) as exc:
+            # ValueError: an HMAC digest this Python's build refuses (MD5 under FIPS).
             sock.close()
             raise ChannelError(f"the coordinator channel refused the connection: {exc}") from exc
+        self._sock = sock
         self._lock = threading.Lock()
 
     @property
     def tls_version(self) -> str | None:
         """The TLS version of the connection, None when it is plain TCP."""
         return self._sock.version() if isinstance(self._sock, ssl.SSLSocket) else None
-
-    def _handshake(self, secret: bytes) -> _Session:
-        hello = self._read(len(MAGIC) + NONCE)
-        if hello[: len(MAGIC)] != MAGIC:
-            raise ChannelError("not a lineage_data coordinator channel")
-        server_nonce = hello[len(MAGIC) :]
-        client_nonce = secrets.token_bytes(NONCE)
-        self._sock.sendall(client_nonce + _proof(secret, b"client", server_nonce, client_nonce))
-        expected = _proof(secret, b"server", server_nonce, client_nonce)
-        if not hmac.compare_digest(self._read(_PROOF), expected):
-            raise ChannelError("the coordinator channel did not prove it knows the secret")
-        return _Session(secret, server_nonce, client_nonce, server=False)
 
     def call(self, method: str, args: tuple | list, kwargs: dict) -> Any:
         """Apply ``method`` on the server and return its answer."""
@@ -387,16 +440,13 @@ class ChannelClient:
         if len(body) > MAX_FRAME:
             raise Unencodable(f"a {len(body)}-byte call is over the channel's {MAX_FRAME} bytes")
         with self._lock:
-            self._sock.sendall(self._session.seal(index, body))
-            header = self._read(_HEADER.size)
-            size, status = _HEADER.unpack(header)
-            if size > MAX_FRAME:
-                raise ChannelError("the coordinator channel sent an oversized frame")
-            frame = self._read(size + TAG)
-            if not self._session.check(header, frame[:size], frame[size:]):
-                raise ChannelError("a reply on the coordinator channel failed its authentication")
+            self._frames.send(index, body)
+            try:
+                status, reply = self._frames.recv()
+            except EOFError as exc:
+                raise ChannelError("the coordinator closed the connection") from exc
         try:
-            value = _unpack(frame[:size])
+            value = _unpack(reply)
         except Exception as exc:  # noqa: BLE001 - a reply that does not decode: drop the channel
             raise ChannelError(f"an undecodable reply on the coordinator channel: {exc}") from exc
         if status != _OK:
@@ -404,16 +454,6 @@ class ChannelClient:
             raise _error(str(name), str(message))
         return value
 
-    def _read(self, size: int) -> bytes:
-        data = self._file.read(size)
-        if len(data) != size:
-            raise ChannelError("the coordinator closed the connection")
-        return data
-
     def close(self) -> None:
         """Hang up."""
-        try:
-            self._file.close()
-            self._sock.close()
-        except OSError:
-            pass
+        self._frames.close()

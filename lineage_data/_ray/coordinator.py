@@ -8,7 +8,7 @@ A Ray actor call costs about 1 ms on a small machine, and one actor serves at mo
 second: less than the map stages of a fine-grained job make (two calls per batch). So the actor also
 serves the same calls on a TCP socket of its own, on its event loop (one connection per calling
 process): ~0.03 ms a call. The channel (:mod:`lineage_data._ray.channel`) carries no pickles,
-authenticates every connection and frame with a secret that each incarnation draws and hands out
+authenticates every connection with ``multiprocessing.connection``'s challenge on a secret that each incarnation draws and hands out
 over Ray's own channel (it never crosses the socket), and is TLS when Ray's traffic is. Any trouble
 on the socket (the actor restarted, a port the network refuses, a call it cannot carry) makes the
 client fall back to the Ray call for that call, which survives the actor's restart, and ask for the

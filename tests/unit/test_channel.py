@@ -1,19 +1,21 @@
 """The coordinator's socket channel, server and client in one process (no Ray).
 
 Each attack is made by a client that knows the protocol and, where it says so, the secret; each must
-be refused without running anything, and the server must go on serving honest clients.
+be refused without running anything, and the server must go on serving honest clients. The
+challenge is ``multiprocessing.connection``'s; these tests check how the channel uses it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 import pickle
 import secrets
 import socket
 import ssl
 import threading
+import time
+from multiprocessing.connection import answer_challenge, deliver_challenge
 
 import msgpack
 import pyarrow as pa
@@ -33,11 +35,13 @@ class Served:
     def __init__(self, secret: bytes = SECRET, ssl_context: ssl.SSLContext | None = None):
         self.state = LineageState()
         self.applied: list[str] = []
+        self.threads: set[int] = set()  # where apply ran
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
         def apply(method: str, args: list, kwargs: dict):
             self.applied.append(method)
+            self.threads.add(threading.get_ident())
             return getattr(self.state, method)(*args, **kwargs)
 
         self.server = ch.ChannelServer(secret, apply, ssl_context)
@@ -52,7 +56,16 @@ class Served:
     def raw(self) -> socket.socket:
         return socket.create_connection((self.host, self.port), timeout=10)
 
+    def loop_thread(self) -> int:
+        async def ident():
+            return threading.get_ident()
+
+        return self._run(ident())
+
     def close(self):
+        if not self.loop.is_running():
+            return
+
         async def stop():
             self.server.close()
             for task in asyncio.all_tasks():
@@ -61,6 +74,8 @@ class Served:
 
         self._run(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
+        while self.loop.is_running():
+            time.sleep(0.001)
 
 
 @pytest.fixture
@@ -81,21 +96,33 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 
 def _closed(sock: socket.socket) -> bool:
-    """Whether the server hung up (no reply comes)."""
+    """Whether the server hung up: it closes the socket (what it sent before, a challenge, is read
+    past); a connection it keeps open times the read out instead."""
     try:
-        return sock.recv(1) == b""
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                return True
     except ConnectionError:
         return True
+    except TimeoutError:
+        return False
 
 
-def _session(sock: socket.socket, secret: bytes = SECRET) -> ch._Session:
-    """An honest handshake by hand: the attacker who holds the secret."""
-    hello = _read(sock, len(ch.MAGIC) + ch.NONCE)
-    assert hello.startswith(ch.MAGIC)
-    server_nonce, client_nonce = hello[len(ch.MAGIC) :], secrets.token_bytes(ch.NONCE)
-    sock.sendall(client_nonce + ch._proof(secret, b"client", server_nonce, client_nonce))
-    assert _read(sock, 32) == ch._proof(secret, b"server", server_nonce, client_nonce)
-    return ch._Session(secret, server_nonce, client_nonce, server=False)
+def _authenticated(sock: socket.socket, secret: bytes = SECRET) -> ch.Frames:
+    """An honest challenge by hand: the attacker who holds the secret."""
+    frames = ch.Frames(sock)
+    answer_challenge(frames, secret)
+    deliver_challenge(frames, secret)
+    return frames
+
+
+def _refused(served: Served, refused: int) -> bool:
+    """Whether the server has counted one more refused connection (it counts on its own thread)."""
+    deadline = time.monotonic() + 10
+    while served.server.refused == refused and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return served.server.refused == refused + 1
 
 
 def _still_serving(served: Served) -> None:
@@ -139,67 +166,90 @@ def test_errors_come_back_as_their_type_and_message(served):
 
 
 def test_wrong_secret_is_refused_and_the_secret_never_travels(served):
+    refused = served.server.refused
     with pytest.raises(ch.ChannelError):
         served.client(secret=secrets.token_bytes(32))
-    # What a client sends in the handshake is a nonce and an HMAC: the secret is not among its bytes.
-    sock = served.raw()
-    hello = _read(sock, len(ch.MAGIC) + ch.NONCE)
-    client_nonce = secrets.token_bytes(ch.NONCE)
-    proof = ch._proof(SECRET, b"client", hello[len(ch.MAGIC) :], client_nonce)
-    assert SECRET not in client_nonce + proof
-    sock.close()
+    assert _refused(served, refused)
+    # What a client sends in the challenge is an HMAC of the server's random message: the secret is
+    # not among the bytes on the wire.
+    sent: list[bytes] = []
+
+    class Recorder(ch.Frames):
+        def send_bytes(self, data: bytes) -> None:
+            sent.append(data)
+            super().send_bytes(data)
+
+    frames = Recorder(served.raw())
+    answer_challenge(frames, SECRET)
+    deliver_challenge(frames, SECRET)
+    assert sent and all(SECRET not in data for data in sent)
+    frames.close()
     _still_serving(served)
 
 
 def test_a_server_without_the_secret_cannot_answer():
-    """An impostor on the port that accepts any client: it cannot give the server's proof."""
+    """An impostor on the port that accepts any client: it fails the client's challenge."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def impostor():
         conn, _ = listener.accept()
-        conn.sendall(ch.MAGIC + secrets.token_bytes(ch.NONCE))
-        _read(conn, ch.NONCE + 32)
-        conn.sendall(secrets.token_bytes(32))
-        conn.close()
+        frames = ch.Frames(conn)
+        try:
+            deliver_challenge(frames, secrets.token_bytes(32))  # the client's answer fails it
+        except Exception:
+            pass
+        frames.close()
 
     thread = threading.Thread(target=impostor, daemon=True)
     thread.start()
     try:
-        with pytest.raises(ch.ChannelError, match="prove"):
+        with pytest.raises(ch.ChannelError):
             ch.ChannelClient(*listener.getsockname()[:2], SECRET, timeout=10)
     finally:
         thread.join(10)
         listener.close()
 
 
-@pytest.mark.parametrize("attack", ["replay", "alter", "unknown_method", "oversized", "bad_ext"])
-def test_forged_frames_are_refused_and_nothing_is_applied(served, attack):
+def test_a_peer_that_speaks_no_protocol_is_refused(served):
+    refused = served.server.refused
     sock = served.raw()
-    session = _session(sock)
+    sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    assert _closed(sock)
+    assert _refused(served, refused)
+    sock.close()
+    _still_serving(served)
+
+
+@pytest.mark.parametrize(
+    "attack", ["unknown_method", "oversized", "garbage", "not_a_call", "empty", "bad_ext"]
+)
+def test_bad_frames_close_that_connection_only_and_nothing_is_applied(served, attack):
+    other = served.client()  # an honest client, connected before the attack
+    sock = served.raw()
+    frames = _authenticated(sock)
     body = msgpack.packb([[0], {}])
-    frame = session.seal(ch._INDEX["root_ids_since"], body)
-    sock.sendall(frame)
-    header = _read(sock, ch._HEADER.size)
-    size, status = ch._HEADER.unpack(header)
-    assert status == ch._OK and _read(sock, size + ch.TAG)  # the honest frame was answered
+    frames.send(ch._INDEX["root_ids_since"], body)
+    assert frames.recv()[0] == ch._OK  # the honest frame was answered
     applied, refused = len(served.applied), served.server.refused
-    if attack == "replay":
-        sock.sendall(frame)  # the same bytes again: its sequence number is spent
-    elif attack == "alter":
-        forged = session.seal(ch._INDEX["root_ids_since"], body)
-        forged = forged[:-20] + bytes([forged[-20] ^ 1]) + forged[-19:]
-        sock.sendall(forged)
-    elif attack == "unknown_method":
-        sock.sendall(session.seal(len(ch.METHODS), body))
+    if attack == "unknown_method":
+        frames.send(len(ch.METHODS), body)
     elif attack == "oversized":
-        sock.sendall(ch._HEADER.pack(ch.MAX_FRAME + 1, 0))
+        sock.sendall(ch._HEADER.pack(ch.MAX_FRAME + 2, 0))
+    elif attack == "garbage":
+        frames.send(ch._INDEX["count"], b"\xc1\xff\x00garbage")
+    elif attack == "not_a_call":
+        frames.send(ch._INDEX["count"], msgpack.packb({"args": 1}))
+    elif attack == "empty":
+        frames.send_bytes(b"")
     else:  # an extension type the codec does not know, holding a pickle
         payload = msgpack.packb([[msgpack.ExtType(99, pickle.dumps(len))], {}])
-        sock.sendall(session.seal(ch._INDEX["count"], payload))
+        frames.send(ch._INDEX["count"], payload)
     assert _closed(sock)
+    assert _refused(served, refused)
     assert len(served.applied) == applied
-    assert served.server.refused == refused + 1
     sock.close()
+    assert other.call("snapshot", [], {})["epoch"] == served.state.epoch  # still served
+    other.close()
     _still_serving(served)
 
 
@@ -218,16 +268,14 @@ def test_a_pickle_is_never_unpickled_even_with_the_secret(served, tmp_path):
     bomb = pickle.dumps(_Plant(str(planted)), protocol=5)
     for method in ("snapshot", "register_roots"):
         sock = served.raw()
-        session = _session(sock)  # authenticated: the attacker holds the secret
-        sock.sendall(session.seal(ch._INDEX[method], bomb))  # a pickle as the body
+        frames = _authenticated(sock)  # authenticated: the attacker holds the secret
+        frames.send(ch._INDEX[method], bomb)  # a pickle as the body
         _closed(sock)
         sock.close()
         sock = served.raw()
-        session = _session(sock)
-        sock.sendall(
-            session.seal(ch._INDEX[method], msgpack.packb([[bomb], {}]))
-        )  # as bytes inside
-        _closed(sock)
+        frames = _authenticated(sock)
+        frames.send(ch._INDEX[method], msgpack.packb([[bomb], {}]))  # as bytes inside
+        sock.recv(1)  # answered or closed: either way, never unpickled
         sock.close()
     assert not planted.exists()
     _still_serving(served)
@@ -283,11 +331,53 @@ def test_tls_settings_that_cannot_load_raise(monkeypatch, tmp_path):
         ch.tls_context(server=True)
 
 
-def test_the_handshake_proofs_differ_by_role():
-    server_nonce, client_nonce = secrets.token_bytes(16), secrets.token_bytes(16)
-    client = ch._proof(SECRET, b"client", server_nonce, client_nonce)
-    server = ch._proof(SECRET, b"server", server_nonce, client_nonce)
-    assert not hmac.compare_digest(client, server)  # a client's proof cannot be reflected back
+def test_a_client_that_does_not_answer_is_dropped(served, monkeypatch):
+    monkeypatch.setattr(ch, "_HANDSHAKE_S", 0.2)
+    refused = served.server.refused
+    sock = served.raw()  # connects and says nothing
+    assert _closed(sock)
+    assert _refused(served, refused)
+    sock.close()
+
+
+def test_a_coordinator_that_hangs_times_the_client_out():
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def silent():
+        conn, _ = listener.accept()
+        held.append(conn)  # accepts, never sends the challenge
+
+    thread = threading.Thread(target=silent, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ch.ChannelError):
+            ch.ChannelClient(*listener.getsockname()[:2], SECRET, timeout=0.3)
+    finally:
+        thread.join(10)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def test_calls_from_many_clients_are_applied_on_the_event_loop_one_at_a_time(served):
+    """The state is single-writer: every call runs on the server's loop, none on a thread of its own."""
+    clients = [served.client() for _ in range(4)]
+
+    def calls(client, k):
+        for i in range(25):
+            client.call("register_roots", [[f"r{k}-{i}"]], {})
+
+    threads = [threading.Thread(target=calls, args=(c, k)) for k, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    roots, _ = clients[0].call("root_ids_since", [0], {})
+    assert len(roots) == 100
+    assert served.threads == {served.loop_thread()}
+    for c in clients:
+        c.close()
 
 
 # -- turned off ------------------------------------------------------------------------------------
@@ -327,3 +417,40 @@ def test_turned_off_the_actor_serves_no_socket_and_clients_use_ray_calls(monkeyp
 
     host, port, secret, tls = asyncio.run(served())
     assert port > 0 and len(secret) == 32 and tls is False
+
+
+def test_any_channel_failure_falls_back_to_the_ray_call(monkeypatch):
+    """A server that refuses the secret, then one that drops the connection mid-call: Ray answers."""
+    from lineage_data._ray import coordinator
+
+    monkeypatch.delenv("LINEAGE_DATA_COORDINATOR_SOCKET", raising=False)
+    served = Served()
+    try:
+
+        class Helper(_RayCalls):
+            address: tuple = ()
+
+            def call(self, method: str, *args, stage=None):
+                if method == "channel":
+                    self.asked.append(method)
+                    return self.address
+                return super().call(method, *args, stage=stage)
+
+        helper = Helper()
+        helper.name = f"lineage-test-fallback-{secrets.token_hex(4)}"
+        client = coordinator.CoordinatorClient(helper)
+        helper.address = (served.host, served.port, secrets.token_bytes(32), False)  # wrong secret
+        assert client.snapshot()["epoch"] == helper.state.epoch
+        assert helper.asked == ["channel", "call"]
+        monkeypatch.setattr(coordinator, "_RETRY_CHANNEL_S", 0.0)
+        helper.address = (served.host, served.port, SECRET, False)
+        assert client.snapshot()["epoch"] == served.state.epoch  # over the socket now
+        assert helper.asked == ["channel", "call", "channel"]
+        served.close()  # stop listening; and break the open connection:
+        channel = coordinator._channels[helper.name]
+        assert isinstance(channel, ch.ChannelClient)
+        channel._frames.sock.shutdown(socket.SHUT_RDWR)
+        assert client.snapshot()["epoch"] == helper.state.epoch  # this call went over Ray
+        assert helper.asked[-1] == "call" and helper.name not in coordinator._channels
+    finally:
+        served.close()
