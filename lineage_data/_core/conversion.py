@@ -19,6 +19,7 @@ import pyarrow as pa
 from lineage_data._core import columns as C
 from lineage_data._core.errors import ContractError
 from lineage_data._core.outcomes import Status
+from lineage_data._core.state.protocols import OperatorClient, StageClient
 
 TYPE_CONFLICT = "TypeConflict"
 CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
@@ -293,7 +294,7 @@ class EstablishedTypes:
     it is a column of the stage all the same, which an C.empty group of its rows reduces to ``[]``.
     """
 
-    def __init__(self, coordinator: Any, stage: str) -> None:
+    def __init__(self, coordinator: StageClient | OperatorClient, stage: str) -> None:
         self._coordinator = coordinator
         self._stage = stage
         self._known: dict[str, pa.DataType] = {}

@@ -20,6 +20,7 @@ from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Expand
+from lineage_data._core.state.protocols import OperatorClient
 
 __all__ = ["DEFAULT_ROWS_PER_BLOCK", "ExpandOp"]
 
@@ -40,7 +41,7 @@ class ExpandOp:
         self,
         stage: Expand,
         index: int,
-        coordinator: Any,
+        coordinator: OperatorClient,
         *,
         rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
         target_bytes: int = TARGET_BLOCK_BYTES,

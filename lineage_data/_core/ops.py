@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, assert_never
+from typing import Any, assert_never, cast
 
 from lineage_data._core.expand import DEFAULT_ROWS_PER_BLOCK, ExpandOp
 from lineage_data._core.guard import Watchdog
@@ -10,6 +10,7 @@ from lineage_data._core.plan import Plan
 from lineage_data._core.reduce import ReduceOp
 from lineage_data._core.rowwise import RowStageOp
 from lineage_data._core.stages import Expand, Filter, MapBatches, MapRows, Reduce
+from lineage_data._core.state.protocols import OperatorClient, StageClient
 
 
 def opening_expand(plan: Plan, index: int) -> int:
@@ -43,7 +44,7 @@ def child_producer(plan: Plan, index: int) -> str:
 def build_op(
     plan: Plan,
     index: int,
-    coordinator: Any,
+    coordinator: StageClient | OperatorClient,
     *,
     rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
     holders: Any = None,
@@ -58,11 +59,12 @@ def build_op(
     stage's user callable, already built (shared by the operators of one actor's threads).
     """
     stage = plan.stages[index]
+    # A plan with an expansion always runs under a coordinator (only a flat plan's source-level 1:1
+    # stages get a StageClient alone: Plan.flat), so its expand and reduce get the whole table.
+    fenced = cast(OperatorClient, coordinator)
     match stage:
         case Expand():
-            return ExpandOp(
-                stage, index, coordinator, rows_per_block=rows_per_block, watchdog=watchdog
-            )
+            return ExpandOp(stage, index, fenced, rows_per_block=rows_per_block, watchdog=watchdog)
         case Reduce():
             opening = plan.stages[opening_expand(plan, index)]
             assert isinstance(opening, Expand)
@@ -72,7 +74,7 @@ def build_op(
                 )
             return ReduceOp(
                 stage,
-                coordinator,
+                fenced,
                 holders=holders,
                 carry=opening.carry,
                 children_of=child_producer(plan, index),

@@ -20,6 +20,7 @@ from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Reduce
+from lineage_data._core.state.protocols import OperatorClient
 
 GroupKey = tuple[str, tuple[int, ...]]
 # From this many member rows on, a reduce batch is grouped column-wise (measured: below it, the
@@ -156,7 +157,7 @@ class ReduceOp:
     def __init__(
         self,
         stage: Reduce,
-        coordinator: Any,
+        coordinator: OperatorClient,
         *,
         holders: Any,
         carry: Sequence[str] = (),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +15,7 @@ from lineage_data._core import outcomes
 from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.stages import Filter, MapBatches, MapRows
-from lineage_data._core.state import CommitResult, Verdict
+from lineage_data._core.state import CommitResult, OperatorClient, StageClient, Verdict
 from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, failed_rows, merge_all
 
 
@@ -33,7 +33,7 @@ class RowStageOp:
         self,
         stage: MapBatches | MapRows | Filter,
         index: int,
-        coordinator: Any,
+        coordinator: StageClient | OperatorClient,
         *,
         watchdog: Watchdog | None = None,
         fn: Callable[..., Any] | None = None,
@@ -41,11 +41,13 @@ class RowStageOp:
         """``fn``: the user's callable already built (operators of one actor's threads share it)."""
         self._stage = stage
         self._index = index
-        self._coordinator = coordinator
         # Source rows have no siblings: no barrier can stop them and no partial group depends on them,
         # so a source-level stage makes no coordinator call at all. A duplicate is caught at the
-        # terminal record; the stage's counts are derived from the terminal rows.
+        # terminal record; the stage's counts are derived from the terminal rows. Below the source
+        # level a stage always runs under a coordinator (a flat plan, served by a StageClient alone, has
+        # only source-level stages: Plan.flat), so there the client is an OperatorClient.
         self._fenced = stage.level > 0
+        self._fences = cast(OperatorClient, coordinator) if self._fenced else None
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._isolate: Callable[[int], str] | None = None  # a block's unit keys, while isolated
@@ -93,8 +95,8 @@ class RowStageOp:
             live = _rows(table, running)
         if live.num_rows:
             parts.extend(self._run(live, counts))
-        elif counts and self._fenced:
-            self._coordinator.count(self._stage.name, dict(counts))
+        elif counts and self._fences is not None:
+            self._fences.count(self._stage.name, dict(counts))
         return C.concat([p for p in parts if p.num_rows])
 
     def _masks(self, table: pa.Table) -> tuple[Any, Any, Any] | None:
@@ -134,9 +136,9 @@ class RowStageOp:
         whole = not self._guard.active or self._guard.block(n, key_of(0), key_of(n - 1))
         self._isolate = None if whole else key_of
         try:
-            if not self._fenced:
+            if self._fences is None:
                 return self._run_unfenced(live)
-            return self._run_fenced(live, counts, roots, paths)
+            return self._run_fenced(self._fences, live, counts, roots, paths)
         finally:
             self._isolate = None
             self._guard.done_block()
@@ -193,6 +195,7 @@ class RowStageOp:
 
     def _run_fenced(
         self,
+        fences: OperatorClient,
         live: pa.Table,
         counts: Counter[str],
         roots: list[str],
@@ -206,7 +209,7 @@ class RowStageOp:
         """
         name = self._stage.name
         n = live.num_rows
-        handoff = self._coordinator.handoff(self._index, roots, paths)
+        handoff = fences.handoff(self._index, roots, paths)
         barred = handoff.barred
         tombs: list[tuple[int, Status]] = [(i, outcomes.barred(c, name)) for i, c in barred.items()]
         run_idx = [i for i in range(n) if i not in barred] if barred else list(range(n))
@@ -217,7 +220,7 @@ class RowStageOp:
         statuses = result.statuses
         # The usual batch: every row came back PRESENT (one C-level scan instead of a Python loop).
         all_present = statuses.count(outcomes.PRESENT) == len(statuses)
-        commit = self._coordinator.commit(
+        commit = fences.commit(
             self._index,
             handoff.generation,
             [roots[i] for i in run_idx] if partial else roots,

@@ -175,3 +175,12 @@ class StageClient(Journal, Protocol):
     def note_columns(self, stage: str, names: Sequence[str]) -> None:
         """Columns the stage's rows showed with no decided type yet."""
         ...
+
+
+class OperatorClient(Coordinator, StageClient, Protocol):
+    """What the operator of a stage below the source level talks to.
+
+    The coordinator's whole table and :meth:`Journal.why_crashed`: a coordinator's client, or a
+    :class:`LineageState` in one process. A source-level 1:1 stage in a flat plan needs only a
+    :class:`StageClient`.
+    """
