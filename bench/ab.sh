@@ -9,7 +9,7 @@
 # tree first on PYTHONPATH and this checkout's .venv (the trees must need the same packages).
 set -u
 before=$(realpath "$1"); after=$(realpath "$2"); out=$(realpath -m "$3"); rounds=${4:-3}; scale=${5:-smoke}
-python=$(realpath "$(dirname "$0")/../.venv/bin/python")
+python="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"  # not resolved: a venv python is a link
 BENCHES=${BENCHES:-"coordinator smallparents overhead longtail"}
 mkdir -p "$out/before" "$out/after"
 run() {  # side tree

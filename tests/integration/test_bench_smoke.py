@@ -146,3 +146,23 @@ def test_ocr_smoke(smoke_all: tuple[dict, Path]) -> None:
     assert h["peak_driver_rss_mib"] > 0
     results = json.loads(next(smoke_all[1].glob("ocr-smoke-*.json")).read_text())
     assert all(results["same_text_as_lineage_data"].values())
+
+
+def test_repeat_smoke(tmp_path: Path):
+    """``python -m bench.repeat``: one cold run and warm ones of a system, every wall kept."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.repeat", "--runs", "2", "--out", str(tmp_path)],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    headline = json.loads(proc.stdout.splitlines()[-1])
+    (written,) = tmp_path.glob("repeat-lineage_data-smoke-*.json")
+    assert json.loads(written.read_text()) == headline
+    assert len(headline["walls_s"]) == 2 and all(w > 0 for w in headline["walls_s"])
+    assert headline["cold_s"] == headline["walls_s"][0]
+    assert headline["warm_median_s"] == headline["walls_s"][1]
