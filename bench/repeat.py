@@ -4,8 +4,8 @@
 
 At smoke scale most of a ``longtail`` wall is the start of its actor pools (the first GPU batch begins
 after 3.5-5.5 s of a 5-6 s wall), so a before/after of the whole bench cannot tell a change in the
-pipeline from a change in start-up. Here the first run pays the start in a fresh Ray and the others
-run with Ray's worker processes already there; the JSON keeps every wall (``walls_s``), the first
+pipeline from a change in start-up. Here the first run (after the benches' usual few-task warm-up) starts
+its actor pools in a fresh Ray and the others run with Ray's worker processes already there; the JSON keeps every wall (``walls_s``), the first
 (``cold_s``) and the median of the rest (``warm_median_s``).
 """
 

@@ -46,8 +46,7 @@ class RowStageOp:
         # terminal record; the stage's counts are derived from the terminal rows. Below the source
         # level a stage always runs under a coordinator (a flat plan, served by a StageClient alone, has
         # only source-level stages: Plan.flat), so there the client is an OperatorClient.
-        self._fenced = stage.level > 0
-        self._fences = cast(OperatorClient, coordinator) if self._fenced else None
+        self._fences = cast(OperatorClient, coordinator) if stage.level > 0 else None
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._isolate: Callable[[int], str] | None = None  # a block's unit keys, while isolated
@@ -125,7 +124,7 @@ class RowStageOp:
     def _run(self, live: pa.Table, counts: Counter[str]) -> list[pa.Table]:
         """The live rows of one block, journaled as one block (see :mod:`guard`)."""
         level = self._stage.level
-        if self._fenced:
+        if self._fences is not None:
             # ids and paths as Python values, for the coordinator (one hand-off and one commit)
             roots: list[str] = live[C.ROOT].to_pylist()
             paths: list[tuple[int, ...]] = C.paths(live[C.PATH], level)
