@@ -1,21 +1,10 @@
 """A compact, append-only index of root ids: each distinct id gets a slot, 0, 1, 2... as it arrives.
 
-The driver accounts for every source root of a run, and a run may have 100M of them: a Python ``set`` of
-``str`` costs about 100 bytes a root. Here an id costs its UTF-8 bytes + 4 (an Arrow string column in
-slot order) + 8 (its 64-bit hash) + 8 to 16 (its cell in an open-addressing table). Lookups and inserts
-take whole Arrow arrays, so accounting a batch does no Python work per row. A hash only finds a
-candidate: the candidate's id is compared with the query, so two ids with the same hash are never
-confused (the later one lives in a small dict).
-
-Example:
-    >>> import pyarrow as pa
-    >>> index = RootIndex()
-    >>> index.add(pa.array(["a", "b", "a"])).tolist()
-    [0, 1, 0]
-    >>> index.find(pa.array(["b", "c"])).tolist()
-    [1, -1]
-    >>> index.ids([1, 0]).to_pylist()
-    ['b', 'a']
+A run may have 100M roots, and a Python ``set`` of ``str`` costs ~100 bytes a root. Here an id costs
+its UTF-8 bytes + 4 (an Arrow string column in slot order) + 8 (its 64-bit hash) + 8 to 16 (its cell
+in an open-addressing table), and lookups take whole Arrow arrays (no Python work per row). A hash
+only finds a candidate whose id is then compared, so ids with one hash are never confused (the
+later one lives in a small dict).
 """
 
 from __future__ import annotations
@@ -54,12 +43,10 @@ def as_strings(values: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.StringA
 
 
 def hash_strings(values: pa.StringArray) -> np.ndarray:
-    """A 64-bit hash of every string; numpy only.
+    """A 64-bit hash of every string, equal across batches and processes; numpy only.
 
-    The string's bytes, zero-padded to whole 8-byte words, are little-endian integers ``w_j``;
-    ``sum(w_j * P**j) mod 2**64`` mixed with the length goes through a bit mixer. Equal strings hash
-    equal within and across processes, whatever batch they come in; distinct strings rarely do
-    (callers compare the strings themselves on a match).
+    The bytes, zero-padded to 8-byte little-endian words ``w_j``: ``sum(w_j * P**j) mod 2**64``,
+    mixed with the length through a bit mixer.
     """
     out = np.empty(len(values), dtype=np.uint64)
     for lo in range(0, len(values), _HASH_CHUNK):
@@ -125,10 +112,9 @@ def _powers_up_to(n: int) -> np.ndarray:
 class _Names:
     """An append-only Arrow string column in slot order, kept in a few chunks (tiers of a base-8 count).
 
-    A batch appended is a chunk of tier 0; when the last :data:`_MERGE` chunks are of one tier they
-    become one chunk of the next tier. Each id is copied once per tier (log8 of the batches: 2-3 times
-    for 1M ids in 5,000-id batches) and there are at most 7 chunks per tier. (Merging into the newest
-    big chunk every other batch instead copied 12x the ids' bytes for 1M ids, measured.)
+    A batch appended is a chunk of tier 0; the last :data:`_MERGE` chunks of one tier become one of
+    the next. Each id is copied once per tier (2-3 times for 1M ids in 5,000-id batches, where
+    merging into the newest big chunk copied 12x, measured).
     """
 
     def __init__(self) -> None:
@@ -206,10 +192,7 @@ class RootIndex:
     def add_known(
         self, ids: pa.Array | pa.ChunkedArray | Sequence[str], *, all_new: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`add`, and which ids were in the index before (one lookup for both).
-
-        With ``all_new``, nothing is added when any id was known (the caller refuses the batch).
-        """
+        """:meth:`add`, and which ids were known before; with ``all_new``, nothing added if any was."""
         strings = as_strings(ids)
         hashes = hash_strings(strings)
         if not all_new and len(hashes) > 1 and _distinct(hashes):
@@ -239,12 +222,9 @@ class RootIndex:
         """
         found, claimed = self._table.claim(hashes)
         hits = np.flatnonzero(found >= 0)
-        if len(hits):
-            queried = strings if len(hits) == len(strings) else strings.take(pa.array(hits))
-            same = pc.equal(self.ids(found[hits]), queried)
-            if not pc.all(same).as_py():
-                self._table.release(claimed)
-                return None
+        if len(hits) and not self._same(strings, hits, found[hits]).all():
+            self._table.release(claimed)
+            return None
         new = np.flatnonzero(claimed >= 0)
         base = len(self)
         found[new] = base + np.arange(len(new))
@@ -270,7 +250,7 @@ class RootIndex:
         uniq, first, inverse = np.unique(hashes[new], return_index=True, return_inverse=True)
         leaders = new[first]  # first row of each distinct new hash
         same = pc.equal(strings.take(pa.array(new)), strings.take(pa.array(leaders[inverse])))
-        clash = new[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
+        clash = new[~_bools(same)]
         order = np.argsort(leaders, kind="stable")  # slots in order of first appearance
         base = len(self)
         leader_slot = np.empty(len(leaders), dtype=np.int64)
@@ -310,12 +290,19 @@ class RootIndex:
         taken = slots >= 0
         hits = np.flatnonzero(taken)
         if len(hits):
-            queried = strings if len(hits) == len(strings) else strings.take(pa.array(hits))
-            same = pc.equal(self.ids(slots[hits]), queried)
-            wrong = hits[~np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)]
+            wrong = hits[~self._same(strings, hits, slots[hits])]
             for row in wrong:  # the hash belongs to another id
                 slots[row] = self._others.get(strings[int(row)].as_py(), -1)
         return slots, taken
+
+    def _same(self, strings: pa.StringArray, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Whether the id at each of ``rows`` is the one in the matching slot."""
+        queried = strings if len(rows) == len(strings) else strings.take(pa.array(rows))
+        return _bools(pc.equal(self.ids(slots), queried))
+
+
+def _bools(values: pa.BooleanArray) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _distinct(hashes: np.ndarray) -> bool:
@@ -330,10 +317,9 @@ _FEW = 64  # rows still probing after this few: one by one (a numpy round costs 
 class _HashTable:
     """Open addressing (linear probing) from a 64-bit hash to a slot, all vectorized.
 
-    ``_cells[i]`` holds a slot (``-1``: empty); a slot's hash is read from ``_hashes`` (one 8-byte hash per
-    slot, in slot order), so a cell costs 4 bytes. A hash's home cell is its top bits (hashes are
-    uniform). The table doubles before it is half full: a lookup reads ~1.5 cells, a miss ~2.5, and
-    each batch of queries probes all its rows at once, one round per cell. About 16-24 bytes a slot.
+    ``_cells[i]`` holds a slot (``-1``: empty), whose hash is in ``_hashes`` (in slot order). A hash's
+    home cell is its top bits. The table doubles before it is half full (a lookup reads ~1.5 cells)
+    and a batch probes all its rows at once, one round per cell. About 16-24 bytes a slot.
     """
 
     _MAX_LOAD = 0.5
@@ -376,16 +362,14 @@ class _HashTable:
         return out
 
     def claim(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Find each of the distinct ``hashes``, or claim the free cell its probe ends at.
+        """Find each of the distinct ``hashes``, or claim the free cell its probe ends at (one walk).
 
-        Returns the slot holding each hash (``-1``: none) and the cell each absent hash claimed (``-1``:
-        found). A claimed cell holds a marker until :meth:`settle` (or :meth:`release`) replaces it;
-        other hashes of the batch probe past markers. One probe sequence per hash, where a lookup then
-        an insert walked it twice.
+        Returns the slot holding each hash (``-1``: none) and the cell each absent hash claimed
+        (``-1``: found). A claimed cell holds a marker, which other hashes probe past, until
+        :meth:`settle` (or :meth:`release`) replaces it.
         """
         n = len(hashes)
-        if (self._used + n) > self._MAX_LOAD * len(self._cells):
-            self._grow(self._used + n)
+        self._grow(self._used + n)
         found = np.full(n, -1, dtype=np.int64)
         claimed = np.full(n, -1, dtype=np.int64)
         mask = (1 << self._bits) - 1
@@ -451,8 +435,7 @@ class _HashTable:
 
     def place(self, hashes: np.ndarray, slots: np.ndarray) -> None:
         """Put distinct ``hashes`` (not in the table; their slots recorded) in cells."""
-        if (self._used + len(hashes)) > self._MAX_LOAD * len(self._cells):
-            self._grow(self._used + len(hashes))
+        self._grow(self._used + len(hashes))
         self._place(hashes, np.asarray(slots, dtype=np.int32))
         self._used += len(hashes)
 
@@ -475,14 +458,16 @@ class _HashTable:
 
     def reserve(self, slots: int) -> None:
         """Room for ``slots`` slots in all: cells and hashes sized once, not doubled on the way."""
-        if slots > self._MAX_LOAD * len(self._cells):
-            self._grow(slots)
+        self._grow(slots)
         if slots > len(self._hashes):
             grown = np.zeros(slots, np.uint64)  # pages are touched only as slots fill
             grown[: self._slots] = self._hashes[: self._slots]
             self._hashes = grown
 
     def _grow(self, needed: int) -> None:
+        """Double the cells until ``needed`` hashes fit under the load factor."""
+        if needed <= self._MAX_LOAD * len(self._cells):
+            return
         bits = self._bits
         while needed > self._MAX_LOAD * (1 << bits):
             bits += 1

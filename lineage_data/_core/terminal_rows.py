@@ -1,24 +1,21 @@
 """The terminal rows of a run, one per source root in completion order, as its report reads them.
 
-:meth:`~lineage_data._core.ledger.Ledger.terminal` hands them over as :class:`TerminalRows`: columns
-(numpy and Arrow) kept from the ledger, turned into Python rows only when asked.
+:meth:`~lineage_data._core.ledger.Ledger.terminal`'s columns, turned into Python rows only when asked.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from lineage_data._core.outcomes import Outcome
-from lineage_data._core.roots import as_strings
+from lineage_data._core.outcomes import Outcome, passed_as
 
-OUTCOMES = tuple(
-    o.value for o in Outcome
-)  # a root's outcome code is its index here + 1 (0: not yet)
+# a root's outcome code is its index here + 1 (0: not yet)
+OUTCOMES = tuple(o.value for o in Outcome)
 
 TerminalRow = tuple[str, str | None, str | None, float]  # outcome, cause, stage, committed_s
 
@@ -31,23 +28,16 @@ class TerminalRows(Mapping[str, TerminalRow]):
 
     def __init__(
         self,
-        roots: pa.StringArray | list[str] | Callable[[], pa.StringArray],
-        codes: np.ndarray | Callable[[], np.ndarray],
-        seconds: np.ndarray | Callable[[], np.ndarray],
+        roots: Callable[[], pa.StringArray],
+        codes: Callable[[], np.ndarray],
+        seconds: Callable[[], np.ndarray],
         slots: np.ndarray,
         detail: Mapping[int, tuple[str | None, str | None]],
         *,
-        tally: np.ndarray | None = None,
+        tally: np.ndarray,
     ) -> None:
-        """``roots``, ``codes`` and ``seconds`` may be callables: read on first use.
-
-        ``tally``: how many rows have each outcome code (counted as they arrived), if known.
-        """
-        self._roots_of = roots if callable(roots) else None  # the ids, taken on first use
-        self._id_array = None if callable(roots) else as_strings(roots)
-        self._list: list[str] | None = None  # the ids as Python strings, made on first use
-        self._codes_given = codes
-        self._seconds_given = seconds
+        """``roots``, ``codes`` and ``seconds`` are read on first use; ``tally``: rows per outcome code."""
+        self._read_ids, self._read_codes, self._read_seconds = roots, codes, seconds
         self._tally = tally
         self._size = len(slots)
         self._details: dict[int, tuple[str | None, str | None]] = {}  # position -> detail
@@ -56,32 +46,26 @@ class TerminalRows(Mapping[str, TerminalRow]):
             position[slots] = np.arange(len(slots))
             self._details = {int(position[s]): d for s, d in detail.items()}
         self._values: list[TerminalRow] | None = None
-        self._where: dict[str, int] | None = None
 
-    @property
+    @functools.cached_property
     def _ids(self) -> pa.StringArray:
-        if self._id_array is None:
-            assert self._roots_of is not None
-            self._id_array, self._roots_of = self._roots_of(), None
-        return self._id_array
+        return self._read_ids()
 
-    @property
+    @functools.cached_property
     def _codes(self) -> np.ndarray:
-        if callable(self._codes_given):
-            self._codes_given = self._codes_given()
-        return self._codes_given
+        return self._read_codes()
 
-    @property
+    @functools.cached_property
     def _seconds(self) -> np.ndarray:
-        if callable(self._seconds_given):
-            self._seconds_given = self._seconds_given()
-        return self._seconds_given
+        return self._read_seconds()
 
-    @property
+    @functools.cached_property
     def _roots(self) -> list[str]:
-        if self._list is None:
-            self._list = self._ids.to_pylist()
-        return self._list
+        return self._ids.to_pylist()
+
+    @functools.cached_property
+    def _where(self) -> dict[str, int]:
+        return {r: i for i, r in enumerate(self._roots)}
 
     def __len__(self) -> int:
         return self._size
@@ -90,8 +74,6 @@ class TerminalRows(Mapping[str, TerminalRow]):
         return iter(self._roots)
 
     def __getitem__(self, root: str) -> TerminalRow:
-        if self._where is None:
-            self._where = {r: i for i, r in enumerate(self._roots)}
         return self.values()[self._where[root]]
 
     def to_arrow(self) -> pa.Table:
@@ -127,10 +109,7 @@ class TerminalRows(Mapping[str, TerminalRow]):
     def outcome_stage_counts(self) -> Counter[tuple[str, str | None]]:
         """How many roots ended with each ``(outcome, stage)``."""
         counts: Counter[tuple[str, str | None]] = Counter()
-        tally = self._tally
-        if tally is None:
-            tally = np.bincount(self._codes, minlength=len(OUTCOMES) + 1)
-        for code, n in enumerate(tally.tolist()):
+        for code, n in enumerate(self._tally.tolist()):
             if code and n:
                 counts[(OUTCOMES[code - 1], None)] = n
         for i, (_, stage) in self._details.items():
@@ -141,11 +120,32 @@ class TerminalRows(Mapping[str, TerminalRow]):
         return +counts
 
 
+def derived_counts(
+    stages: Sequence[str], derived: Sequence[str], terminal: Mapping[str, Sequence]
+) -> dict[str, dict[str, int]]:
+    """Counts of source-level 1:1 stages (``derived``), which report nothing, from the terminal rows.
+
+    ``terminal`` maps each root to ``(outcome, cause, stage, ...)``; what it was at each stage is
+    :func:`~lineage_data._core.outcomes.passed_as`. :class:`TerminalRows` are counted with no loop.
+    """
+    if isinstance(terminal, TerminalRows):
+        ended = terminal.outcome_stage_counts()
+    else:
+        ended = Counter((row[0], row[2]) for row in terminal.values())
+    order = {name: i for i, name in enumerate(stages)}
+    counts: dict[str, Counter[str]] = {name: Counter() for name in derived}
+    for (outcome, stage), n in ended.items():
+        decided = order.get(stage, -1) if stage is not None else None
+        for name in derived:
+            counts[name][passed_as(Outcome(outcome), order[name], decided).value] += n
+    return {name: dict(c) for name, c in counts.items()}
+
+
 @functools.cache
 def _outcome_names() -> pa.StringArray:
     """The outcome name of each code (0: none yet), built on first use.
 
-    The first Arrow array a process builds imports pandas (~0.3 s): the coordinator imports this
-    module, and its process starts without that (it is on the critical path of every run's first batch).
+    The first Arrow array a process builds imports pandas (~0.3 s), which the coordinator, importing
+    this module, must not pay on the critical path of every run's first batch.
     """
     return pa.array((None, *OUTCOMES), pa.string())

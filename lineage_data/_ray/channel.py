@@ -1,40 +1,25 @@
 """The coordinator's socket channel: authenticated connections, frames that cannot run code.
 
-A Ray actor call costs about 1 ms on a small machine, less than the two coordinator calls per batch of
-a fine-grained job can afford, so the coordinator also answers the same calls on a TCP socket of its
-own (~0.03 ms a call). The protocol is the standard library's, with msgpack frames:
+The coordinator answers its calls on a TCP socket of its own too (~0.03 ms a call, where a Ray actor
+call costs ~1 ms). The protocol is the standard library's, with msgpack frames:
 
-- **Authentication: ``multiprocessing.connection``'s challenge.** Each connection starts with
-  :func:`~multiprocessing.connection.deliver_challenge` and
-  :func:`~multiprocessing.connection.answer_challenge` in both directions (as ``multiprocessing``'s
-  own ``Listener`` and ``Client`` do): each side proves it holds the per-incarnation secret by an HMAC
-  over a fresh random challenge from the other (HMAC-MD5 in Python 3.11, HMAC-SHA256 from 3.12). The
-  secret never crosses the socket; it reaches the workers over Ray's own channel.
-- **Nothing on the wire can run code.** Arguments and answers are msgpack (ids, counts, small tuples)
-  with four extension types (an Arrow array as Arrow IPC, a verdict, a hand-off, a commit result),
-  rebuilt field by field; no pickle in either direction (the channel never calls ``Connection.recv``,
-  which unpickles). An error travels back as its type name and message. The method is a small index
-  into :data:`METHODS`, checked before the arguments are decoded, and a frame over
+- **Authentication**: ``multiprocessing.connection``'s challenge in both directions (as its
+  ``Listener`` and ``Client`` do): each side proves it holds the per-incarnation secret by an HMAC
+  over a fresh challenge from the other. The secret never crosses the socket (workers get it over Ray).
+- **Nothing on the wire can run code**: msgpack with four extension types (an Arrow array as Arrow
+  IPC, a verdict, a hand-off, a commit result) rebuilt field by field; never a pickle (nor
+  ``Connection.recv``, which unpickles). An error travels back as its type name and message. The
+  method index into :data:`METHODS` is checked before the arguments are decoded, and a frame over
   :data:`MAX_FRAME` is refused before it is read.
-- **TLS when Ray uses TLS.** With ``RAY_USE_TLS=1`` the socket is wrapped in mutual TLS with Ray's
-  certificates (``RAY_TLS_SERVER_CERT``, ``RAY_TLS_SERVER_KEY``, ``RAY_TLS_CA_CERT``): both sides
-  present the cluster's certificate and verify the other's against its CA, and every byte after the
-  TLS handshake is encrypted and integrity-protected by TLS. If they cannot be loaded, the channel is
-  not started and every call goes over Ray. ``LINEAGE_DATA_COORDINATOR_SOCKET=0`` turns the channel off.
+- **TLS when Ray uses TLS** (``RAY_USE_TLS=1``): mutual TLS with Ray's certificates; if they cannot
+  be loaded there is no channel. ``LINEAGE_DATA_COORDINATOR_SOCKET=0`` turns the channel off.
 
-What the security rests on: only a peer that holds the secret gets a connection; under
-``RAY_USE_TLS`` the connection is also confidential and tamper-proof. Without TLS, frames after the
-handshake are plain TCP, neither encrypted nor authenticated one by one: an attacker on the path
-between a worker and the coordinator can read them, and can alter or inject frames in a connection
-that has already authenticated. That is the same exposure as Ray's own unencrypted gRPC inside the
-cluster (which carries the secret itself, and every task's pickles); a cluster that must withstand
-an on-path attacker runs Ray with TLS, and then this channel is TLS too.
-
-Anything the server does not like (a failed challenge, a method index out of the table, an oversized
-frame, bytes that do not decode) closes that connection and nothing else: the coordinator goes on
-serving the others, and the client falls back to the Ray call.
-
-This module does not import Ray: its tests run the server and the client in one process.
+Only a peer that holds the secret gets a connection. Without TLS, frames after the handshake are
+plain TCP: an on-path attacker can read them and alter or inject frames, the same exposure as Ray's
+own unencrypted gRPC (which carries the secret and every task's pickles); a cluster that must
+withstand one runs Ray with TLS, and this channel with it. Anything the server does not like closes
+that connection alone, and the client falls back to the Ray call. No Ray import here: the tests run
+server and client in one process.
 """
 
 from __future__ import annotations
@@ -57,8 +42,7 @@ import pyarrow as pa
 from lineage_data._core import errors
 from lineage_data._core.state import METHODS, CommitResult, Handoff, Verdict
 
-# What a client may call: the coordinator's table (lineage_data._core.state.METHODS), nothing else.
-# A frame names a call by its index there; both ends of a run load the same table.
+# A frame names a call by its index in the coordinator's table; both ends of a run load the same one.
 _INDEX = {name: i for i, name in enumerate(METHODS)}
 
 MAX_FRAME = 32 << 20  # a larger frame is refused (the client sends such a call over Ray)
@@ -99,12 +83,11 @@ def ray_uses_tls() -> bool:
 
 
 def tls_context(server: bool) -> ssl.SSLContext:
-    """Mutual TLS with Ray's certificates: present the cluster's certificate, require the peer's.
+    """Mutual TLS with Ray's certificates, the peer's verified against ``RAY_TLS_CA_CERT``.
 
-    The peer's certificate is verified against ``RAY_TLS_CA_CERT``; host names are not checked (a
-    cluster's certificates name its nodes in ways this process cannot know), the CA and the per-run
-    secret of the challenge are what authenticate the peer. Raises ``OSError`` or ``ssl.SSLError``
-    when a file is missing or unreadable, ``KeyError`` when a variable is not set.
+    Host names are not checked (a cluster's certificates name its nodes in ways this process cannot
+    know): the CA and the challenge's secret authenticate the peer. ``OSError``/``ssl.SSLError`` for
+    a missing or unreadable file, ``KeyError`` for a variable not set.
     """
     cert, key = os.environ["RAY_TLS_SERVER_CERT"], os.environ["RAY_TLS_SERVER_KEY"]
     ca = os.environ["RAY_TLS_CA_CERT"]
@@ -197,13 +180,8 @@ def _error(name: str, message: str) -> Exception:
 class Frames:
     """The client's length-prefixed messages: ``multiprocessing.connection``'s framing, over TLS too.
 
-    The wire format is :class:`multiprocessing.connection.Connection`'s (a 4-byte big-endian length,
-    then the bytes) and the object has the two methods its ``deliver_challenge`` and
-    ``answer_challenge`` use. Not ``Connection`` itself: it reads and writes the file descriptor with
-    ``os.read``/``os.write``, which would bypass the TLS layer of an ``ssl`` socket and ignore the
-    socket's timeout (a client must not wait for ever on a coordinator that hangs), so one small
-    class serves both the plain and the TLS socket. The server reads the same frames from asyncio
-    streams (:func:`_read`).
+    It has the two methods the challenge functions use. Not a ``Connection``: that reads the file
+    descriptor with ``os.read``, bypassing an ``ssl`` socket's TLS and the socket's timeout.
     """
 
     def __init__(self, sock: socket.socket) -> None:
@@ -219,10 +197,7 @@ class Frames:
         self.sock.sendall(_HEADER.pack(len(body) + 1, code) + body)
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
-        """The next message; ``ChannelError`` when it is longer than ``maxlength`` (it is not read).
-
-        ``EOFError`` when the peer hung up.
-        """
+        """The next message; ``ChannelError`` when over ``maxlength`` (unread), ``EOFError`` at hang-up."""
         (size,) = _LENGTH.unpack(self._read(_LENGTH.size))
         if size < 0 or (maxlength is not None and size > maxlength):
             raise ChannelError(f"a {size}-byte frame is over the limit")
@@ -251,14 +226,11 @@ class Frames:
 
 
 def _authenticate(frames: Any, secret: bytes, server: bool) -> None:
-    """Both challenges, in ``multiprocessing``'s order: the server asks first.
+    """Both challenges, the server asking first; ``frames`` is a :class:`Frames` or a :class:`_Bridge`.
 
-    Raises ``AuthenticationError`` when the peer does not hold the secret, ``ChannelError``,
-    ``OSError`` or ``AssertionError`` (``answer_challenge``'s check of the greeting) when it does not
-    speak the protocol.
+    ``AuthenticationError`` when the peer lacks the secret; ``ChannelError``, ``OSError`` or
+    ``AssertionError`` when it does not speak the protocol.
     """
-    # ``frames``: a Frames, or the server's _Bridge; the challenge functions call only
-    # send_bytes and recv_bytes (typed as taking a Connection).
     if server:
         deliver_challenge(frames, secret)
         answer_challenge(frames, secret)
@@ -271,12 +243,7 @@ def _authenticate(frames: Any, secret: bytes, server: bool) -> None:
 
 
 class _Bridge:
-    """One connection of the server's event loop, as the challenge functions see it from a thread.
-
-    ``deliver_challenge`` and ``answer_challenge`` are blocking functions of a connection object
-    (``send_bytes``/``recv_bytes``); the server's connections are asyncio streams. The challenge
-    runs once per connection on a worker thread, each of its reads and writes handed to the loop.
-    """
+    """A server connection (asyncio streams) as the blocking challenge functions see it from a thread."""
 
     def __init__(
         self,
@@ -310,11 +277,10 @@ async def _read(reader: asyncio.StreamReader, maxlength: int | None) -> bytes:
 
 
 class ChannelServer:
-    """Serves ``apply(method, args, kwargs)`` to authenticated clients, one call at a time per client.
+    """Serves ``apply(method, args, kwargs)`` to authenticated clients, one call at a time.
 
-    Runs on the caller's asyncio event loop (the coordinator actor's), so calls from every client
-    are applied one at a time, between the actor's own method calls, on the loop's thread. Only
-    each connection's challenge runs on a worker thread (the standard library's functions block).
+    Runs on the caller's event loop (the coordinator actor's), so calls are applied between the
+    actor's own; only each connection's challenge runs on a worker thread.
     """
 
     def __init__(
@@ -395,12 +361,10 @@ class ChannelServer:
 
 
 class ChannelClient:
-    """One process's blocking connection to a :class:`ChannelServer`. Calls on it are serialized.
+    """One process's blocking connection to a :class:`ChannelServer`; calls on it are serialized.
 
-    Raises :class:`ChannelError` (a ``ConnectionError``) when the server cannot be reached, fails the
-    challenge or answers with a frame that does not decode; :class:`Unencodable` before sending when
-    the arguments cannot travel; the server's exception (rebuilt from its type name) when the call
-    itself raised.
+    Raises :class:`ChannelError` when the server is unreachable, fails the challenge or answers
+    garbage; :class:`Unencodable` before sending; the server's exception, rebuilt, when the call raised.
     """
 
     def __init__(

@@ -1,18 +1,11 @@
 """The coordinator: one async actor on the driver node, a thin shell over :class:`LineageState`.
 
-Workers talk to it once per batch through :class:`CoordinatorClient`; payloads never pass through it.
-It is a :mod:`helper <lineage_data._ray.actors>`: restarted or re-created when it dies, with an empty
-state of a new epoch (see :mod:`lineage_data._core.state`).
-
-A Ray actor call costs about 1 ms on a small machine, and one actor serves at most ~1,000 of them a
-second: less than the map stages of a fine-grained job make (two calls per batch). So the actor also
-serves the same calls on a TCP socket of its own, on its event loop (one connection per calling
-process): ~0.03 ms a call. The channel (:mod:`lineage_data._ray.channel`) carries no pickles,
-authenticates every connection with ``multiprocessing.connection``'s challenge on a secret that each incarnation draws and hands out
-over Ray's own channel (it never crosses the socket), and is TLS when Ray's traffic is. Any trouble
-on the socket (the actor restarted, a port the network refuses, a call it cannot carry) makes the
-client fall back to the Ray call for that call, which survives the actor's restart, and ask for the
-new address later.
+Workers call it once per batch through :class:`CoordinatorClient`; payloads never pass through it. It
+is a :mod:`helper <lineage_data._ray.actors>`: re-created empty, with a new epoch, when it dies. A Ray
+actor call costs ~1 ms and one actor serves ~1,000 a second, too few for a fine-grained job, so the
+actor also serves the calls on a socket of its own (:mod:`lineage_data._ray.channel`, ~0.03 ms a
+call). Any trouble on the socket makes the client fall back to the Ray call for that call (which
+survives the actor's restart) and ask for the new address later.
 """
 
 from __future__ import annotations
@@ -55,14 +48,13 @@ class CoordinatorActor:
         return self._state.epoch
 
     async def call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        """Apply one state method; exceptions travel back to the caller."""
+        """Apply one call of the table; exceptions travel back to the caller."""
         return self._apply(method, args, kwargs)
 
     async def channel(self) -> tuple[str, int, bytes, bool] | None:
         """``(host, port, secret, tls)`` of the socket channel, started on first ask.
 
-        None: there is none (turned off, TLS wanted but its certificates cannot be loaded, or the
-        socket cannot be bound); every call then goes over Ray.
+        None when there is none (turned off, TLS certificates unloadable, no socket): calls use Ray.
         """
         if self._address is None:
             if not socket_enabled():
@@ -86,7 +78,7 @@ class CoordinatorActor:
 def start_coordinator(
     run_id: str, columns: dict[str, list[str]] | None = None
 ) -> tuple[CoordinatorClient, Any]:
-    """Start the coordinator of one run on this (the driver's) node; returns (client, re-create).
+    """Start the coordinator of one run on the driver's node; returns (client, re-create).
 
     ``columns``: the columns stages of an earlier run showed (a plan continued from its kept rows).
     """
@@ -108,15 +100,11 @@ _channels_lock = threading.Lock()
 
 
 class CoordinatorClient:
-    """The coordinator as operators see it: the calls of its table, one round trip each.
+    """The coordinator as operators see it: each call of its table forwarded, one round trip each.
 
-    A :class:`~lineage_data._core.state.Coordinator` (and, with :meth:`why_crashed`, a
-    :class:`~lineage_data._core.state.StageClient`): every call of the table is forwarded as it is,
-    but ``attempt``, which names the calling process.
-
-    Picklable: it travels to every worker inside the stage wrappers (the connection does not: each
-    process opens its own on first use). ``stage`` names the caller's stage in the error raised when
-    the coordinator cannot be reached.
+    Picklable: it travels to the workers in the stage wrappers, and each process opens its own
+    connection on first use. ``stage`` names the caller's stage in the error raised when the
+    coordinator cannot be reached.
     """
 
     def __init__(self, helper: Helper, stage: str | None = None) -> None:
@@ -136,8 +124,7 @@ class CoordinatorClient:
             except Unencodable:
                 pass  # a value the channel does not carry: this call goes over Ray
             except (OSError, EOFError):  # ChannelError is an OSError
-                # The actor restarted or the connection broke: this call goes over Ray (which waits
-                # for the actor to come back), the next one asks for the new address.
+                # the actor restarted or the connection broke: Ray waits for the actor to come back
                 self._forget(channel)
         return self.ray_call(method, *args, **kwargs)
 
@@ -146,7 +133,7 @@ class CoordinatorClient:
         return self.helper.call("call", method, args, kwargs, stage=self._stage)
 
     def _channel(self) -> ChannelClient | None:
-        if not socket_enabled():  # the operator turned the socket channel off: Ray calls only
+        if not socket_enabled():
             return None
         name = self.helper.name
         with _channels_lock:
@@ -181,7 +168,7 @@ class CoordinatorClient:
         def __getattr__(self, name: str) -> Callable[..., Any]: ...
 
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
-        """:meth:`LineageState.attempt`, naming this process as the one that makes the attempt."""
+        """The journal's ``attempt``, naming this process as the one that makes it."""
         who = this_worker() if key is not None else None
         crashes, timeouts = self._call("attempt", stage, key, ended, who)
         return crashes, timeouts

@@ -1,16 +1,11 @@
 """Group holders: hash-partitioned actors that keep the partial groups of a plan's reduce stages.
 
-A reduce task reduces the parents its batch completes by itself and sends the rows of unfinished
-groups here, one call per holder per batch; a holder answers with the groups those rows complete, and
-the calling task reduces them. Parents never wait for one global reducer, and the holders scale out.
-The reduce stages of one plan share its holders (each holder keeps one buffer per stage): every holder
-is a worker process, whose Ray runtime costs CPU the whole run even while it waits (measured in
-bench/README, "The CPU, accounted"), so a two-reduce plan does not start twice as many.
-
-Faults: a holder keeps each group it handed out until the driver reports the parent delivered, so a
-reduce task that is retried after the hand-off gets the group again. Holders are helpers
-(:mod:`lineage_data._ray.actors`): pinned to the driver's node, restarted or re-created when they die;
-the partial groups a dead holder held are re-run by the driver's repair pass.
+A reduce task reduces the parents its batch completes and sends the rows of unfinished groups here,
+one call per holder; a holder answers with the groups those rows complete. A plan's reduce stages
+share its holders (a buffer per stage): each holder is a worker process whose Ray runtime costs CPU
+all run long (bench/README, "The CPU, accounted"). A holder keeps each group it handed out until the
+driver reports the parent delivered, so a retried reduce task gets it again. Holders are
+:mod:`helpers <lineage_data._ray.actors>`; the groups a dead one held are re-run by the repair pass.
 """
 
 from __future__ import annotations
@@ -25,8 +20,8 @@ import ray
 from lineage_data._core.reduce import Group, GroupBuffer, GroupKey, group_key
 from lineage_data._ray.actors import Helper, start_helper
 
-# One holder per this many cluster CPUs (at least one, at most MAX_HOLDERS): each holder is one more worker
-# process to start, which on a small machine delays the first GPU batch; on a cluster they spread the load.
+# One holder per this many cluster CPUs (1..MAX_HOLDERS): on a small machine each one more worker
+# process delays the first GPU batch; on a cluster they spread the load.
 CPUS_PER_HOLDER = 16
 MAX_HOLDERS = 16
 
@@ -53,10 +48,7 @@ class GroupHolder:
 
 
 def start_holders(run_id: str, count: int | None = None) -> list[tuple[Helper, Callable[[], Any]]]:
-    """Start a plan's ``count`` holders (default: one per 16 cluster CPUs, 1..16) on the driver's node.
-
-    Returns, per holder, ``(helper, re-create)`` for the supervisor.
-    """
+    """Start a plan's holders on the driver's node; per holder, ``(helper, re-create)``."""
     if count is None:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = max(1, min(MAX_HOLDERS, cpus // CPUS_PER_HOLDER))

@@ -1,11 +1,9 @@
 """Run-wide column types without a coordinator: Ray's own key-value store, first writer wins.
 
-A flat plan (every stage a source-level 1:1 stage, see :attr:`Plan.flat`) has no barrier and no partial
-group, so it runs without a coordinator: no actor to start, none to wait for before the first batch.
-Its stages still establish their output column types run-wide (see
-:class:`~lineage_data._core.columns.EstablishedTypes`); here through the GCS key-value store that every
-Ray process already talks to, with a put that never overwrites: the first writer of a column wins.
-An operator asks only for columns it has not seen yet, so a run makes a few such calls per stage.
+A flat plan (every stage a source-level 1:1 stage, :attr:`Plan.flat`) has no barrier and no partial
+group, so it runs without a coordinator. Its stages still establish their column types run-wide
+(:class:`~lineage_data._core.columns.EstablishedTypes`): here in the GCS key-value store every Ray
+process already talks to, with a put that never overwrites.
 """
 
 from __future__ import annotations
@@ -27,11 +25,9 @@ _SEP = "\x1f"
 
 
 class TypeStore(StageClient):
-    """The client a flat plan's operators get instead of a coordinator's: a :class:`StageClient`.
+    """The :class:`StageClient` a flat plan's operators get: types in the GCS, the journal on each node.
 
-    ``establish_types``, and the crash journal of :mod:`lineage_data._core.guard` (``attempt``,
-    ``hung``) kept in files on each node (see :class:`_NodeJournal`). Picklable (two strings).
-    ``drop()`` removes the run's keys and this node's journal; the driver calls it when the pass ends.
+    Picklable (two strings).
     """
 
     def __init__(self, run_id: str) -> None:
@@ -43,11 +39,7 @@ class TypeStore(StageClient):
         return self
 
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
-        """First writer wins, per column: the established type token of each column of ``types``.
-
-        One read for all the columns (every worker but the first of a run finds them all there),
-        then a put that never overwrites for each column nobody established yet.
-        """
+        """First writer wins: one read for all the columns, then a put-if-absent for each new one."""
         keys = {column: _SEP.join((self._run_id, stage, column)).encode() for column in types}
         known = _read_all(list(keys.values()))
         out = {}
@@ -63,15 +55,15 @@ class TypeStore(StageClient):
         """Nothing to keep: a flat plan has no reduce, so no empty group asks for its columns."""
 
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
-        """:meth:`Journal.attempt <lineage_data._core.state.Journal.attempt>`, on this node."""
+        """The journal's ``attempt``, on this node."""
         return _journal(self._run_id).attempt(stage, key, ended)
 
     def hung(self, stage: str, key: str) -> None:
-        """:meth:`Journal.hung <lineage_data._core.state.Journal.hung>`, on this node."""
+        """The journal's ``hung``, on this node."""
         _journal(self._run_id).hung(stage, key)
 
     def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
-        """:meth:`Journal.suspects <lineage_data._core.state.Journal.suspects>`, on this node."""
+        """The journal's ``suspects``, on this node."""
         return _journal(self._run_id).suspects(stage, keys)
 
     def why_crashed(self, stage: str, key: str) -> str | None:
@@ -85,7 +77,7 @@ class TypeStore(StageClient):
 
 
 def _read_all(keys: list[bytes]) -> dict[bytes, bytes]:
-    """The values of those ``keys`` that have one, in one call to the GCS."""
+    """The values of those ``keys`` that have one (a test counts the calls)."""
     return kv_multi_get(keys, _NAMESPACE)
 
 
@@ -97,16 +89,11 @@ def _journal_dir(run_id: str) -> str:
 
 
 class _NodeJournal:
-    """Attempts as files on this node: one directory per (stage, key), one file per attempt.
+    """A flat plan's attempt journal, in files on this node: a directory per (stage, key), a file each.
 
-    The :class:`~lineage_data._core.state.journal.AttemptJournal` of a flat plan (the same answers),
-    each attempt naming its own process.
-
-    A flat plan has no coordinator to journal in, and a GCS round trip per block is what a flat plan
-    runs without a coordinator to avoid; an attempt and the previous end cost ~0.1 ms in files here.
-    An attempt's file goes when it ends, so one left behind is an attempt whose process died. Ray retries a task on
-    any node: a retry on another node starts counting there, so a crashing input costs at most
-    ``max_crash_retries + 1`` deaths per node before it fails (bounded, not global).
+    ~0.1 ms an attempt, where a GCS round trip per block is what a flat plan avoids. A file left
+    behind is an attempt whose process died. A retry on another node starts counting there, so a
+    crashing input costs at most ``max_crash_retries + 1`` deaths per node (bounded, not global).
     """
 
     def __init__(self, root: str) -> None:
@@ -122,9 +109,8 @@ class _NodeJournal:
     def attempt(self, stage: str, key: str | None, ended: Sequence[str]) -> tuple[int, int]:
         with self._lock:
             for name in ended:
-                # An end of a key this process holds no attempt on forgets one attempt a dead
-                # process left (as LineageState counts ends): how an actor's life forgets the
-                # barren lives before it (lineage_data._core.guard.born).
+                # ending a key this process holds no attempt on forgets one a dead process left
+                # (as AttemptJournal counts ends): see lineage_data._core.guard.born
                 mine = self._mine.pop((stage, name), None) or self._left_behind(stage, name)[:1]
                 for path in mine:
                     try:
@@ -138,8 +124,7 @@ class _NodeJournal:
             entries = os.listdir(directory)
             crashes = sum(e.startswith("a-") for e in entries)
             timeouts = sum(e.startswith("t-") for e in entries)
-            # pid, sequence and a random part: a dead process's file may carry a reused pid; then
-            # the Ray worker, to tell why it died (crashed_by)
+            # a dead process's file may carry a reused pid; the Ray worker tells why it died
             name = f"a-{os.getpid()}-{next(self._seq)}-{os.urandom(4).hex()}-{this_worker()}"
             path = os.path.join(directory, name)
             with open(path, "x"):

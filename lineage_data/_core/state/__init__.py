@@ -1,89 +1,64 @@
 """The per-run lineage state: one small owner per kind of state, composed behind one facade.
 
-It is pure Python. The coordinator actor is a thin shell over one :class:`LineageState`; the in-process
-executor uses it directly. Every method takes a whole batch: callers make one call per batch.
-
-The owners, each the one writer of its state (the calls they serve: :mod:`.protocols`):
-
-- :class:`~.registry.Roots`: the roots sources discover while running; grows with the corpus.
-- :class:`~.fencing.Fences`: generations, barriers and committed facts, kept per *in-flight parent*
-  and released when the parent is reduced; each incarnation has its own epoch (see there).
-- :class:`~.journal.AttemptJournal`: the crash journal of :mod:`lineage_data._core.guard`.
-- :class:`~.schema.ColumnTypes`: each stage's column types, first writer wins.
-- :class:`~.counts.StageCounts`: per-stage outcome counts.
+Pure Python: the coordinator actor is a thin shell over one :class:`LineageState`, and the in-process
+executor uses it directly. Every call takes a whole batch. The owners, each the one writer of its
+state, are :class:`~.registry.Roots`, :class:`~.fencing.Fences` (per in-flight parent, one epoch per
+incarnation), :class:`~.journal.AttemptJournal`, :class:`~.schema.ColumnTypes` and
+:class:`~.counts.StageCounts`; the calls they serve are :mod:`.protocols`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from lineage_data._core.state.counts import StageCounts, derived_counts
-from lineage_data._core.state.fencing import (
-    EPOCH_BITS,
-    Barrier,
-    CommitResult,
-    Fences,
-    Handoff,
-    ParentId,
-    Path,
-    Verdict,
-)
+from lineage_data._core.state.fencing import CommitResult, Fences, Handoff, Path, Verdict
 from lineage_data._core.state.journal import AttemptJournal
 from lineage_data._core.state.protocols import (
     METHODS,
     Coordinator,
-    CrashJournal,
-    Fencing,
     Journal,
     OperatorClient,
     RootRegistry,
     StageClient,
-    TypeRegistry,
 )
 from lineage_data._core.state.registry import Roots
 from lineage_data._core.state.schema import ColumnTypes
 
 __all__ = [
-    "EPOCH_BITS",
     "METHODS",
-    "AttemptJournal",
-    "Barrier",
-    "ColumnTypes",
     "CommitResult",
     "Coordinator",
-    "CrashJournal",
-    "Fences",
-    "Fencing",
     "Handoff",
     "Journal",
-    "OperatorClient",
     "LineageState",
-    "ParentId",
-    "Path",
+    "OperatorClient",
     "RootRegistry",
-    "Roots",
     "StageClient",
-    "StageCounts",
-    "TypeRegistry",
     "Verdict",
     "derived_counts",
 ]
 
 
-class LineageState(Coordinator):
-    """Barriers, generations and accounting of one execution: the owners, one call per batch.
+def _owned(owner: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """The facade's ``method``: the same method of the owner in attribute ``owner``, counted as served."""
+    name = method.__name__
 
-    Example:
-        >>> state = LineageState()
-        >>> state.register_roots(["a"])
-        >>> h = state.handoff(0, ["a", "a"], [(0,), (1,)])
-        >>> r = state.commit(0, h.generation, ["a"], [(0,)], ["FAILED"], ["bad"], group=[True])
-        >>> state.handoff(0, ["a"], [(1,)]).barred
-        {0: 'bad'}
-    """
+    def call(self: LineageState, *args: Any, **kwargs: Any) -> Any:
+        self._reports += 1
+        return getattr(getattr(self, owner), name)(*args, **kwargs)
+
+    call.__name__, call.__qualname__ = name, f"LineageState.{name}"
+    call.__doc__ = method.__doc__
+    return call
+
+
+class LineageState(Coordinator):
+    """Barriers, generations and accounting of one execution: the owners, one call per batch."""
 
     def __init__(self, columns: Mapping[str, Sequence[str]] | None = None) -> None:
         """``columns``: what stages of an earlier run showed (see :meth:`established`), kept."""
@@ -99,21 +74,20 @@ class LineageState(Coordinator):
         """This incarnation's epoch (part of every generation it hands out)."""
         return self.fences.epoch
 
-    # -- source ---------------------------------------------------------------------------------
-    def register_roots(self, roots: Sequence[str], block: str | None = None) -> None:
-        """:meth:`Roots.register_roots <.registry.Roots.register_roots>`."""
-        self._reports += 1
-        self.roots.register_roots(roots, block)
+    register_roots = _owned("roots", Roots.register_roots)
+    handoff = _owned("fences", Fences.handoff)
+    release = _owned("fences", Fences.release)
+    attempt = _owned("journal", AttemptJournal.attempt)
+    suspects = _owned("journal", AttemptJournal.suspects)
+    crashed_by = _owned("journal", AttemptJournal.crashed_by)
+    hung = _owned("journal", AttemptJournal.hung)
+    establish_types = _owned("types", ColumnTypes.establish_types)
+    note_columns = _owned("types", ColumnTypes.note_columns)
+    established = _owned("types", ColumnTypes.established)
 
     def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:
-        """:meth:`Roots.root_ids_since <.registry.Roots.root_ids_since>`."""
+        """:meth:`Roots.root_ids_since <.registry.Roots.root_ids_since>` (the driver's: not counted)."""
         return self.roots.root_ids_since(cursor)
-
-    # -- per-row stages -------------------------------------------------------------------------
-    def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:
-        """:meth:`Fences.handoff <.fencing.Fences.handoff>`."""
-        self._reports += 1
-        return self.fences.handoff(stage_index, roots, paths)
 
     def commit(
         self,
@@ -129,11 +103,7 @@ class LineageState(Coordinator):
         counts: dict[str, int] | None = None,
         batches: Sequence[int] | None = None,
     ) -> CommitResult:
-        """:meth:`Fences.commit <.fencing.Fences.commit>`, counted for ``stage``.
-
-        ``counts`` are outcome counts of the batch's other rows (barred, passed through), added to the
-        stage's counts together with the outcomes of the units committed here.
-        """
+        """:meth:`Fences.commit <.fencing.Fences.commit>`, its outcomes and ``counts`` added to ``stage``'s."""
         self._reports += 1
         result = self.fences.commit(
             stage_index, generation, roots, paths, outcomes, causes, group=group, batches=batches
@@ -146,11 +116,6 @@ class LineageState(Coordinator):
             self.counts.add(stage, tally)
         return result
 
-    def release(self, roots: Sequence[str], parent_paths: Sequence[Path]) -> None:
-        """:meth:`Fences.release <.fencing.Fences.release>`."""
-        self._reports += 1
-        self.fences.release(roots, parent_paths)
-
     def reduced(
         self, stage: str, roots: Sequence[str], parent_paths: Sequence[Path], counts: dict[str, int]
     ) -> None:
@@ -158,18 +123,13 @@ class LineageState(Coordinator):
         self.release(roots, parent_paths)
         self.counts.add(stage, counts)
 
-    # -- counts and accounting ------------------------------------------------------------------
     def count(self, stage: str, counts: dict[str, int]) -> None:
         """Add per-outcome counts for a stage (one call per batch)."""
         self._reports += 1
         self.counts.add(stage, counts)
 
     def snapshot(self) -> dict:
-        """Per-stage counts and columns, calls served, roots in flight and the epoch, as plain data.
-
-        In flight: the source roots with a parent in flight at any level (a page waiting for its
-        lines is its document's), so never more than the roots that exist.
-        """
+        """Per-stage counts and columns, calls served, roots in flight and the epoch, as plain data."""
         return {
             "counts": self.counts.as_dict(),
             "columns": self.types.columns(),
@@ -178,45 +138,6 @@ class LineageState(Coordinator):
             "epoch": self.epoch,
         }
 
-    # -- crash journal (see lineage_data._core.guard) --------------------------------------------
-    def attempt(
-        self, stage: str, key: str | None, ended: Sequence[str] = (), who: str | None = None
-    ) -> tuple[int, int]:
-        """:meth:`AttemptJournal.attempt <.journal.AttemptJournal.attempt>`."""
-        self._reports += 1
-        return self.journal.attempt(stage, key, ended, who)
-
-    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
-        """:meth:`AttemptJournal.suspects <.journal.AttemptJournal.suspects>`."""
-        self._reports += 1
-        return self.journal.suspects(stage, keys)
-
-    def crashed_by(self, stage: str, key: str) -> list[str]:
-        """:meth:`AttemptJournal.crashed_by <.journal.AttemptJournal.crashed_by>`."""
-        self._reports += 1
-        return self.journal.crashed_by(stage, key)
-
     def why_crashed(self, stage: str, key: str) -> str | None:
         """Why the processes that ran ``key`` died: in one process, nobody can tell (None)."""
         return None
-
-    def hung(self, stage: str, key: str) -> None:
-        """:meth:`AttemptJournal.hung <.journal.AttemptJournal.hung>`."""
-        self._reports += 1
-        self.journal.hung(stage, key)
-
-    # -- column types -----------------------------------------------------------------------------
-    def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
-        """:meth:`ColumnTypes.establish_types <.schema.ColumnTypes.establish_types>`."""
-        self._reports += 1
-        return self.types.establish_types(stage, types)
-
-    def note_columns(self, stage: str, names: Sequence[str]) -> None:
-        """:meth:`ColumnTypes.note_columns <.schema.ColumnTypes.note_columns>`."""
-        self._reports += 1
-        self.types.note_columns(stage, names)
-
-    def established(self, stage: str) -> list[str]:
-        """:meth:`ColumnTypes.established <.schema.ColumnTypes.established>`."""
-        self._reports += 1
-        return self.types.established(stage)

@@ -13,7 +13,6 @@ class StageCounts:
     """Outcome counts per stage, added one batch at a time."""
 
     def __init__(self) -> None:
-        """No count yet."""
         self._counts: dict[str, Counter[str]] = defaultdict(Counter)
 
     def add(self, stage: str, counts: Mapping[str, int]) -> None:
@@ -30,10 +29,8 @@ def derived_counts(
 ) -> dict[str, dict[str, int]]:
     """Counts of source-level 1:1 stages (``derived``), which report nothing, from the terminal rows.
 
-    ``terminal`` maps each root to ``(outcome, cause, stage, ...)`` as the consumer received it; what
-    it was at each stage is :func:`~lineage_data._core.outcomes.passed_as`. Only the number of roots
-    per ``(outcome, stage)`` matters, so a ledger's :class:`~lineage_data._core.ledger.TerminalRows`
-    is counted without a loop over its roots.
+    ``terminal`` maps each root to ``(outcome, cause, stage, ...)``; what it was at each stage is
+    :func:`~lineage_data._core.outcomes.passed_as`. A ledger's ``TerminalRows`` is counted with no loop.
     """
     if isinstance(terminal, TerminalRows):
         ended = terminal.outcome_stage_counts()

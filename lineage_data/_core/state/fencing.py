@@ -1,12 +1,9 @@
-"""Fencing: dispatch generations, barriers and committed facts of the parents in flight.
+"""Fencing: dispatch generations, barriers and committed facts, kept per *in-flight parent*.
 
-The one writer of a parent's fencing state; it is kept per *in-flight parent* and released when the
-parent is reduced (memory grows with the parents in flight, not with the corpus).
-
-Faults: the state may be lost (its actor died) and rebuilt empty. Each incarnation has its own
-*epoch*, part of every generation it hands out: a commit for a unit this incarnation never
-dispatched is accepted when it comes from an earlier epoch (nothing here can contradict it), and
-stale otherwise.
+A parent's state goes when it is reduced (memory grows with the parents in flight, not the corpus).
+The state may be lost with its actor and rebuilt empty: each incarnation has its own *epoch*, part of
+every generation it hands out, and a commit for a unit it never dispatched is accepted when it comes
+from an earlier epoch (nothing here can contradict it), and stale otherwise.
 """
 
 from __future__ import annotations
@@ -71,15 +68,7 @@ def _split(root: str, path: Path) -> tuple[ParentId, int]:
 
 
 class Fences:
-    """Generations, barriers and committed facts of one execution (one incarnation: one epoch).
-
-    Example:
-        >>> fences = Fences()
-        >>> h = fences.handoff(0, ["a", "a"], [(0,), (1,)])
-        >>> r = fences.commit(0, h.generation, ["a"], [(0,)], ["FAILED"], ["bad"], group=[True])
-        >>> fences.handoff(0, ["a"], [(1,)]).barred
-        {0: 'bad'}
-    """
+    """Generations, barriers and committed facts of one execution (one incarnation: one epoch)."""
 
     def __init__(self) -> None:
         """A new incarnation: a random epoch of its own."""
@@ -116,14 +105,11 @@ class Fences:
         group: Sequence[bool],
         batches: Sequence[int] | None = None,
     ) -> CommitResult:
-        """Results of one dispatch. Installs barriers for GroupFailures, then fences every unit.
+        """Results of one dispatch: barriers for its GroupFailures, then every unit fenced.
 
-        A unit whose generation is not current is STALE (its result must be discarded). A unit already
-        committed with the same outcome and cause is a REPLAY; with another, a :class:`FencingError`.
-        A sibling of a barred parent that ran concurrently with the failure comes back SUPPRESSED.
-        ``batches`` numbers the function calls of a dispatch that ran its units in several (in order):
-        a sibling that ran in a call before the failure's had finished and keeps its outcome, as if it
-        had been committed on its own first.
+        A unit whose generation is not current is STALE; one committed before with the same fact a
+        REPLAY (another fact: :class:`FencingError`); a sibling of a barred parent SUPPRESSED, unless
+        it ran in an earlier function call of the dispatch (``batches``) than the failure's.
         """
         units = [_split(root, tuple(path)) for root, path in zip(roots, paths, strict=True)]
         verdicts = [self._fence(stage_index, generation, pid, ordinal) for pid, ordinal in units]
@@ -159,7 +145,7 @@ class Fences:
         batches: Sequence[int] | None,
     ) -> dict[ParentId, int]:
         """Barriers for the GroupFailures of a commit; returns the call of each failure."""
-        failed_in: dict[ParentId, int] = {}  # barriers installed here: the call of the failure
+        failed_in: dict[ParentId, int] = {}
         for i, (pid, _) in enumerate(units):
             if group[i] and verdicts[i] is not Verdict.STALE and pid[1] is not None:
                 parent = self._parents[pid]
@@ -192,10 +178,7 @@ class Fences:
 
     @staticmethod
     def _settle(parent: _Parent, unit: tuple[int, int], fact: tuple[str, str | None, int]) -> None:
-        """Record a unit's fact; a newer dispatch (a retried task) supersedes an older one's.
-
-        The same dispatch reporting two different facts is a :class:`FencingError`.
-        """
+        """Record a unit's fact; a newer dispatch (a retried task) supersedes an older one's."""
         previous = parent.committed.get(unit)
         if previous is not None and previous[2] == fact[2] and previous[:2] != fact[:2]:
             raise FencingError(

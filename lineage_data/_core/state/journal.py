@@ -8,30 +8,19 @@ _WHO_KEPT = 4  # processes remembered per journaled key (a crash needs the last 
 
 
 class AttemptJournal:
-    """Attempts per ``(stage, key)``: begun, ended, hung; and who began the last few.
-
-    Example:
-        >>> journal = AttemptJournal()
-        >>> journal.attempt("s", "k")
-        (0, 0)
-        >>> journal.attempt("s", "k")  # the first never ended: its process died
-        (1, 0)
-    """
+    """Attempts per ``(stage, key)``: begun, ended, hung; and who began the last few."""
 
     def __init__(self) -> None:
-        """Nothing journaled yet."""
         self._attempts: dict[tuple[str, str], list[int]] = {}  # (stage, key) -> begun, ended, hung
         self._who: dict[tuple[str, str], list[str]] = {}  # (stage, key) -> who began its attempts
 
     def attempt(
         self, stage: str, key: str | None, ended: Sequence[str] = (), who: str | None = None
     ) -> tuple[int, int]:
-        """A call on ``key`` begins in ``stage``; the calls on ``ended`` are through.
+        """A call on ``key`` (None: none) by ``who`` begins; those on ``ended`` are through.
 
-        Returns ``(crashes, timeouts)`` of the earlier attempts on ``key``: attempts that began and
-        never ended (their process died), and those a watchdog reported as hung. A key is forgotten
-        once every attempt on it has ended. ``key=None`` only ends ``ended``. ``who`` names the
-        process that makes the attempt (see :meth:`crashed_by`).
+        Returns ``(crashes, timeouts)`` of the earlier attempts on ``key``: those that never ended
+        (their process died) and those reported hung. A key is forgotten once all its attempts ended.
         """
         journal = self._attempts
         for name in ended:
@@ -61,10 +50,9 @@ class AttemptJournal:
         ]
 
     def crashed_by(self, stage: str, key: str) -> list[str]:
-        """The processes that made the earlier attempts on ``key`` (the last few), oldest first.
+        """The processes of the last few earlier attempts on ``key``, oldest first.
 
-        Asked only for a unit that is about to fail for its crashes: every earlier attempt on it
-        began and none ended, so these are the processes that died on it.
+        Asked only for a unit about to fail for its crashes: none of them ended, so they died on it.
         """
         return self._who.get((stage, key), [])[:-1]
 

@@ -1,9 +1,8 @@
 """The coordinator's method table, written once: one typed protocol per owner of state.
 
-:class:`Coordinator` is what the coordinator actor serves (its :data:`METHODS` are the calls its client
-forwards and its dispatch accepts); :class:`~lineage_data._core.state.LineageState` implements it in
-one process. :class:`Journal` and :class:`StageClient` are what a stage's operator needs, whichever
-client it holds: a coordinator's, or a flat plan's per-node store (``lineage_data._ray.typestore``).
+:class:`Coordinator` is what the coordinator actor serves (:data:`METHODS`: what its client forwards
+and its dispatch accepts). :class:`Journal` and :class:`StageClient` are what a stage's operator
+needs, whichever client it holds: a coordinator's, or a flat plan's ``lineage_data._ray.typestore``.
 """
 
 from __future__ import annotations
@@ -45,9 +44,11 @@ class Fencing(Protocol):
         causes: Sequence[str | None],
         *,
         group: Sequence[bool],
+        stage: str = "",
+        counts: dict[str, int] | None = None,
         batches: Sequence[int] | None = None,
     ) -> CommitResult:
-        """Results of one dispatch, fenced."""
+        """Results of one dispatch, fenced; its outcomes and ``counts`` are added to ``stage``'s."""
         ...
 
     def release(self, roots: Sequence[str], parent_paths: Sequence[Path]) -> None:
@@ -77,16 +78,20 @@ class CrashJournal(Protocol):
         ...
 
 
-class TypeRegistry(Protocol):
-    """Each stage's column types, first writer wins (see :class:`~.schema.ColumnTypes`)."""
+class StageTypes(Protocol):
+    """The column types every stage establishes (see :class:`~.schema.ColumnTypes`)."""
 
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
-        """The established type of each column of ``types``."""
+        """The established type of each column of ``types`` (first writer wins)."""
         ...
 
     def note_columns(self, stage: str, names: Sequence[str]) -> None:
         """Columns the stage's rows showed with no decided type yet."""
         ...
+
+
+class TypeRegistry(StageTypes, Protocol):
+    """Each stage's column types and every column its rows showed."""
 
     def established(self, stage: str) -> list[str]:
         """Every column the stage's rows have shown, first seen first."""
@@ -95,23 +100,6 @@ class TypeRegistry(Protocol):
 
 class Coordinator(RootRegistry, Fencing, CrashJournal, TypeRegistry, Protocol):
     """Every call the coordinator serves: the owners' calls, with accounting beside them."""
-
-    def commit(  # the fencing call, counting the batch's outcomes for ``stage`` too
-        self,
-        stage_index: int,
-        generation: int,
-        roots: Sequence[str],
-        paths: Sequence[Path],
-        outcomes: Sequence[str],
-        causes: Sequence[str | None],
-        *,
-        group: Sequence[bool],
-        stage: str = "",
-        counts: dict[str, int] | None = None,
-        batches: Sequence[int] | None = None,
-    ) -> CommitResult:
-        """:meth:`Fencing.commit`, adding the outcomes (and ``counts``) to ``stage``'s counts."""
-        ...
 
     def count(self, stage: str, counts: dict[str, int]) -> None:
         """Add per-outcome counts for a stage."""
@@ -143,10 +131,7 @@ METHODS: tuple[str, ...] = _served(Coordinator)
 
 @runtime_checkable
 class Journal(Protocol):
-    """The crash journal as a stage's :class:`~lineage_data._core.guard.Guard` uses it.
-
-    A coordinator's client, a flat plan's per-node journal, or a :class:`LineageState` in one process.
-    """
+    """The crash journal as a stage's :class:`~lineage_data._core.guard.Guard` uses it."""
 
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
         """A call on ``key`` begins, those on ``ended`` are through: ``(crashes, timeouts)``."""
@@ -165,22 +150,12 @@ class Journal(Protocol):
         ...
 
 
-class StageClient(Journal, Protocol):
+class StageClient(Journal, StageTypes, Protocol):
     """What every stage's operator talks to: column types and the crash journal."""
-
-    def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
-        """The established type of each column of ``types``."""
-        ...
-
-    def note_columns(self, stage: str, names: Sequence[str]) -> None:
-        """Columns the stage's rows showed with no decided type yet."""
-        ...
 
 
 class OperatorClient(Coordinator, StageClient, Protocol):
-    """What the operator of a stage below the source level talks to.
+    """What the operator of a stage below the source level talks to: the whole table and ``why_crashed``.
 
-    The coordinator's whole table and :meth:`Journal.why_crashed`: a coordinator's client, or a
-    :class:`LineageState` in one process. A source-level 1:1 stage in a flat plan needs only a
-    :class:`StageClient`.
+    A source-level 1:1 stage in a flat plan needs only a :class:`StageClient`.
     """
