@@ -1,17 +1,13 @@
 """The consumer's ledger: which source roots reached the consumer, exactly once.
 
-What reached the consumer is the truth. The driver feeds every output batch (or every write result)
-through one :class:`Ledger`; it drops a second copy of anything already delivered, records each root's
-terminal row, and at the end of a pass names the roots that did not arrive, so they can be run again
-(a *repair pass*) or end as a ``LostError`` row. Python, pyarrow and numpy: no side channel, no Ray.
-Each batch is accounted with array operations (no Python work per row at level 0), and a finished
-root is kept in a few bytes (see :class:`Ledger`), so the driver can account for 100M roots.
+What reached the consumer is the truth. The driver feeds every output batch (or write result) through
+one :class:`Ledger`, which drops copies, records each root's terminal row in a few bytes, and names the
+roots that did not arrive, to run again (a *repair pass*) or end as a ``LostError`` row. No Ray.
 
-A closed plan (level 0) delivers one row per root. A plan that ends with open levels delivers the
-entities of its last level plus one *header* per inner node (see :mod:`columns`); a root is complete when
-every node its headers announce has arrived. Headers are bookkeeping: :meth:`Ledger.take` removes them.
-A root that leaves no row at that level (its expansion raised, or every node on its way failed) is
-represented by exactly one stand-in row with its terminal status, so no input silently disappears.
+A closed plan (level 0) delivers one row per root. An open plan delivers the entities of its last
+level plus one *header* per inner node (:mod:`columns`): a root is complete when every node its headers
+announce has arrived. A root that leaves no row at that level is represented by one stand-in row with
+its terminal status, so no input silently disappears.
 """
 
 from __future__ import annotations
@@ -27,13 +23,8 @@ import pyarrow.compute as pc
 from lineage_data._core import columns as C
 from lineage_data._core.errors import DuplicateRootError
 from lineage_data._core.outcomes import Outcome, Status, entering
-from lineage_data._core.roots import RootIndex
-from lineage_data._core.terminal_rows import (  # noqa: F401 - TerminalRow(s) importable here
-    OUTCOMES,
-    TerminalRow,
-    TerminalRows,
-    _outcome_names,
-)
+from lineage_data._core.roots import Column, RootIndex
+from lineage_data._core.terminal_rows import OUTCOMES, TerminalRows, _outcome_names
 
 LOST = "LostError"
 
@@ -45,8 +36,8 @@ _EXPECTED = 0x08  # a source announced the root
 class _Partial:
     """An open-level root on its way: per depth, nodes announced by headers vs nodes received.
 
-    Depth 0 is announced by the source; the headers at depth ``d`` announce the nodes of depth ``d+1``.
-    Rows arrive in any order, so the root is complete only when every depth balances.
+    The headers at depth ``d`` announce the nodes of depth ``d+1`` (depth 0: the source). Rows arrive in
+    any order, so the root is complete only when every depth balances.
     """
 
     announced: list[int]
@@ -61,45 +52,22 @@ class _Partial:
         return self.status is not None and self.announced == self.received
 
 
-class _Column:
-    """A growable numpy column indexed by root slot (grown by a quarter, so little is left unused)."""
-
-    def __init__(self, dtype: type) -> None:
-        self.data: np.ndarray = np.zeros(0, dtype=dtype)
-
-    def ensure(self, size: int) -> None:
-        if size > len(self.data):
-            grown = np.zeros(
-                max(size, len(self.data) + len(self.data) // 4 + 1024), self.data.dtype
-            )
-            grown[: len(self.data)] = self.data
-            self.data = grown
-
-
 class Ledger:
     """Delivered roots of one run (all of its passes), with duplicates dropped.
 
-    Memory: a finished root costs its id's bytes + about 30 bytes (see :mod:`roots`: the id and its hash;
-    here one byte of flags, its commit time, its place in completion order). Only a root that did
-    not end PRESENT without a cause keeps its cause and stage in a dict; open-level roots on their way
-    keep their progress in :class:`_Partial` until they complete.
-
-    Example:
-        >>> import pyarrow as pa
-        >>> ledger = Ledger(0, ["a", "b"], started_at=0.0)
-        >>> out = ledger.take(C.conform(pa.table({C.ROOT: ["a", "a"], C.OUTCOME: ["PRESENT"] * 2})))
-        >>> out.num_rows, ledger.duplicates, ledger.missing()
-        (1, 1, ['b'])
+    A finished root costs its id's bytes + ~30 bytes (:mod:`roots`; here its flags, commit time and
+    place in completion order); only one with a cause or stage keeps them in a dict, and open-level
+    roots on their way keep a :class:`_Partial`.
     """
 
     def __init__(self, level: int, expected: Iterable[str] = (), *, started_at: float) -> None:
         self.level = level
         self._started_at = started_at
         self._index = RootIndex()  # every root expected or delivered: its slot
-        self._flags = _Column(np.uint8)  # per slot: outcome code | _EXPECTED
-        self._seconds = _Column(np.float64)  # per slot: committed, seconds after started_at
-        self._order = _Column(np.int32)  # slots in the order their roots completed
-        self._blocks = _Column(np.int64)  # per slot: its source block's tag (tagged rows only)
+        self._flags = Column(np.uint8)  # per slot: outcome code | _EXPECTED
+        self._seconds = Column(np.float64)  # per slot: committed, seconds after started_at
+        self._order = Column(np.int32)  # slots in the order their roots completed
+        self._blocks = Column(np.int64)  # per slot: its source block's tag (tagged rows only)
         self._done = 0
         self._expected = 0
         self._tally = np.zeros(len(OUTCOMES) + 1, dtype=np.int64)  # roots done, per outcome code
@@ -112,10 +80,8 @@ class Ledger:
     def reserve(self, roots: int, *, tagged: bool = False) -> None:
         """Size the per-root state for ``roots`` roots in all, once (a hint: the source's row count).
 
-        Growing by doubling re-placed every root already in the hash table at each step: ~a quarter
-        of the ledger's CPU over 1M roots arriving in 5,000-root blocks, measured in-process.
-        ``tagged``: the rows will carry their source block's tag (a flat plan on a Ray Dataset);
-        growing that column by a quarter at a time copied it ~30 times over 1M roots.
+        Growing re-placed every root in the hash table at each doubling (~a quarter of the ledger's CPU
+        over 1M roots, measured). ``tagged``: rows will carry their source block's tag (a flat plan).
         """
         self._index.reserve(roots)
         columns = (self._flags, self._seconds, self._order, *([self._blocks] if tagged else ()))
@@ -151,11 +117,10 @@ class Ledger:
         return out.drop_columns([C.SIZE, C.PARENT])
 
     def take_kept(self, table: pa.Table, now: float | None = None) -> tuple[pa.Table, pa.Table]:
-        """Account one output batch of an open level, as :meth:`take`, for a run that is kept.
+        """:meth:`take` of an open level's batch, for a run that is kept.
 
-        Returns the batch's first copies of every row, group headers included (what the plan can go
-        on from), and the stand-in rows of the roots it completed without a row of their own (what
-        a consumer sees beside the entities, see :func:`view`).
+        Returns the first copies of its rows, headers included (what a plan can go on from), and the
+        stand-in rows of the roots it completed without a row of their own.
         """
         assert self.level, "a closed plan's rows are kept as they are delivered"
         now = time.time() if now is None else now
@@ -165,7 +130,7 @@ class Ledger:
         return rows, C.rows_to_table(stand_ins) if stand_ins else C.empty()
 
     def _take_closed(self, table: pa.Table, now: float) -> np.ndarray:
-        """The rows of roots not delivered before (the first copy of each), recorded: all vectorized."""
+        """The rows of roots not delivered before (the first copy of each), recorded, vectorized."""
         slots = self._slots(table[C.ROOT])
         n = len(slots)
         increasing = n < 2 or bool((slots[1:] > slots[:-1]).all())  # distinct roots, in slot order
@@ -209,10 +174,9 @@ class Ledger:
     def _check_blocks(
         self, table: pa.Table, slots: np.ndarray, keep: np.ndarray, at: slice | np.ndarray
     ) -> None:
-        """Rows with a source block tag: a root seen again from another block is a duplicate id.
+        """A root seen again from another source block is a duplicate id; ``at``: the kept rows' slots.
 
         The same block again is a copy (Ray ran its source task again): dropped, as any copy is.
-        ``at``: the slots of the ``keep`` rows.
         """
         column = C.one_chunk(table[C.BLOCK])
         column = pc.fill_null(column, 0) if column.null_count else column
@@ -220,7 +184,6 @@ class Ledger:
         blocks = self._blocks
         blocks.ensure(len(self._index))
         every = len(keep) == len(slots)
-        # the first copy of a new root names its block
         blocks.data[at] = tags if every else tags[keep]
         if every:  # each row named its own root's block just now: nothing to compare
             return
@@ -317,10 +280,7 @@ class Ledger:
         *,
         at: slice | np.ndarray | None = None,
     ) -> None:
-        """Roots (distinct, not done before) complete with these outcome codes and details.
-
-        ``at``: the same slots as a slice, where they are a run (cheaper to write than by index).
-        """
+        """Roots (distinct, not done before) complete; ``at``: the same slots as a slice, if a run."""
         at = slots if at is None else at
         self._flags.data[at] |= codes
         self._seconds.data[at] = now - self._started_at
@@ -337,10 +297,7 @@ class Ledger:
         return slot >= 0 and bool(self._flags.data[slot] & _DONE)
 
     def expect_arrived(self) -> None:
-        """Expect every root that arrived so far: delivered ones, and those with rows still missing.
-
-        For a source that does not name its roots: a root seen in part is then :meth:`missing`.
-        """
+        """Expect every root that arrived so far (a source that does not name its roots)."""
         if self._partial:
             self.expect(list(self._partial))
         size = len(self._index)
@@ -388,9 +345,7 @@ class Ledger:
     def terminal(self) -> TerminalRows:
         """Every delivered root's terminal row: ``root -> (outcome, cause, stage, committed_s)``.
 
-        Read when a report asks, not here: at the end of a 1M-root run, gathering the codes and
-        times and counting the outcomes took ~40 ms of the driver's time (in a run), and a report
-        often needs neither. A done root's code and time never change, so reading them later is the same.
+        Read when a report asks (~40 ms for 1M roots, often not needed): a done root never changes.
         """
         order = self._order.data[: self._done].copy()
         index, flags, seconds = self._index, self._flags, self._seconds
@@ -434,11 +389,7 @@ def view(rows: pa.Table) -> pa.Table:
 
 
 def as_root_headers(rows: pa.Table) -> pa.Table:
-    """Terminal rows of roots that left nothing to go on from (lost ones) as their root headers.
-
-    A header with no child at the root's own path: a plan that goes on from the kept rows ends
-    such a root with this status, as the run that kept them did.
-    """
+    """Terminal rows of roots that left nothing to go on from (lost ones) as childless root headers."""
     rows = C.conform(rows)
     n = rows.num_rows
     return rows.set_column(
@@ -449,9 +400,8 @@ def as_root_headers(rows: pa.Table) -> pa.Table:
 def _stand_in_status(part: _Partial) -> tuple[str, str | None, str | None]:
     """The status of a root that left no row at the consumer's level.
 
-    Its own status when it is not PRESENT (its expansion raised, a source-level stage failed it);
-    else that of its first inner node that is not, as a child's failure reaches its parent
-    (FAILED becomes SUPPRESSED); else PRESENT (every group on its way was empty).
+    Its own when not PRESENT; else its first inner node's that is not, as a child's failure reaches
+    its parent; else PRESENT (every group on its way was empty).
     """
     assert part.status is not None
     if part.status[0] != Outcome.PRESENT.value or part.first_bad is None:

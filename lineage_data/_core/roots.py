@@ -109,6 +109,21 @@ def _powers_up_to(n: int) -> np.ndarray:
     return _powers
 
 
+class Column:
+    """A growable numpy column indexed by root slot (grown by a quarter, so little is left unused)."""
+
+    def __init__(self, dtype: type) -> None:
+        self.data: np.ndarray = np.zeros(0, dtype=dtype)
+
+    def ensure(self, size: int) -> None:
+        if size > len(self.data):
+            grown = np.zeros(
+                max(size, len(self.data) + len(self.data) // 4 + 1024), self.data.dtype
+            )
+            grown[: len(self.data)] = self.data
+            self.data = grown
+
+
 class _Names:
     """An append-only Arrow string column in slot order, kept in a few chunks (tiers of a base-8 count).
 
@@ -325,7 +340,7 @@ class _HashTable:
     _MAX_LOAD = 0.5
 
     def __init__(self) -> None:
-        self._hashes = np.zeros(0, dtype=np.uint64)  # per slot
+        self._hashes = Column(np.uint64)  # per slot
         self._slots = 0  # slots recorded (the length in use of _hashes)
         self._bits = 10
         self._cells = np.full(1 << self._bits, -1, dtype=np.int32)
@@ -343,7 +358,7 @@ class _HashTable:
         mask = (1 << self._bits) - 1
         cell = (hashes >> np.uint64(64 - self._bits)).astype(np.int64)
         rows = np.arange(len(hashes))
-        cells, known = self._cells, self._hashes
+        cells, known = self._cells, self._hashes.data
         while len(rows) > _FEW:
             slot = cells[cell]
             full = slot >= 0
@@ -375,7 +390,7 @@ class _HashTable:
         mask = (1 << self._bits) - 1
         cell = (hashes >> np.uint64(64 - self._bits)).astype(np.int64)
         rows, wanted = np.arange(n), hashes  # the rows still probing, and their hashes
-        cells, known = self._cells, self._hashes
+        cells, known = self._cells, self._hashes.data
         while len(rows) > _FEW:
             held = cells[cell]
             if self._slots:  # a free or claimed cell reads slot 0's hash; masked out after
@@ -426,11 +441,8 @@ class _HashTable:
     def record(self, hashes: np.ndarray, base: int) -> None:
         """The hashes of slots ``base, base + 1...`` (the next ones), not placed in the table."""
         end = base + len(hashes)
-        if end > len(self._hashes):
-            grown = np.zeros(max(end, len(self._hashes) + len(self._hashes) // 4 + 1024), np.uint64)
-            grown[: self._slots] = self._hashes[: self._slots]
-            self._hashes = grown
-        self._hashes[base:end] = hashes
+        self._hashes.ensure(end)
+        self._hashes.data[base:end] = hashes
         self._slots = max(self._slots, end)
 
     def place(self, hashes: np.ndarray, slots: np.ndarray) -> None:
@@ -459,10 +471,7 @@ class _HashTable:
     def reserve(self, slots: int) -> None:
         """Room for ``slots`` slots in all: cells and hashes sized once, not doubled on the way."""
         self._grow(slots)
-        if slots > len(self._hashes):
-            grown = np.zeros(slots, np.uint64)  # pages are touched only as slots fill
-            grown[: self._slots] = self._hashes[: self._slots]
-            self._hashes = grown
+        self._hashes.ensure(slots)  # pages are touched only as slots fill
 
     def _grow(self, needed: int) -> None:
         """Double the cells until ``needed`` hashes fit under the load factor."""
@@ -475,4 +484,4 @@ class _HashTable:
         self._bits = bits
         self._cells = np.full(1 << bits, -1, dtype=np.int32)
         if len(placed):
-            self._place(self._hashes[placed], placed)
+            self._place(self._hashes.data[placed], placed)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
-from lineage_data._core.ledger import TerminalRows
 from lineage_data._core.outcomes import Outcome, passed_as
+from lineage_data._core.terminal_rows import TerminalRows
 
 
 class StageCounts:
