@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 
-from lineage_data._core.outcomes import Outcome, passed_as
+from lineage_data._core.outcomes import Outcome
 
 # a root's outcome code is its index here + 1 (0: not yet)
 OUTCOMES = tuple(o.value for o in Outcome)
@@ -118,27 +118,6 @@ class TerminalRows(Mapping[str, TerminalRow]):
                 counts[(outcome, None)] -= 1
                 counts[(outcome, stage)] += 1
         return +counts
-
-
-def derived_counts(
-    stages: Sequence[str], derived: Sequence[str], terminal: Mapping[str, Sequence]
-) -> dict[str, dict[str, int]]:
-    """Counts of source-level 1:1 stages (``derived``), which report nothing, from the terminal rows.
-
-    ``terminal`` maps each root to ``(outcome, cause, stage, ...)``; what it was at each stage is
-    :func:`~lineage_data._core.outcomes.passed_as`. :class:`TerminalRows` are counted with no loop.
-    """
-    if isinstance(terminal, TerminalRows):
-        ended = terminal.outcome_stage_counts()
-    else:
-        ended = Counter((row[0], row[2]) for row in terminal.values())
-    order = {name: i for i, name in enumerate(stages)}
-    counts: dict[str, Counter[str]] = {name: Counter() for name in derived}
-    for (outcome, stage), n in ended.items():
-        decided = order.get(stage, -1) if stage is not None else None
-        for name in derived:
-            counts[name][passed_as(Outcome(outcome), order[name], decided).value] += n
-    return {name: dict(c) for name, c in counts.items()}
 
 
 @functools.cache
