@@ -177,6 +177,14 @@ def _error(name: str, message: str) -> Exception:
 # -- frames --------------------------------------------------------------------------------------
 
 
+def _size(header: bytes, maxlength: int | None) -> int:
+    """The length a message's header announces; ``ChannelError`` when it is over ``maxlength``."""
+    (size,) = _LENGTH.unpack(header)
+    if size < 0 or (maxlength is not None and size > maxlength):
+        raise ChannelError(f"a {size}-byte frame is over the limit")
+    return size
+
+
 class Frames:
     """The client's length-prefixed messages: ``multiprocessing.connection``'s framing, over TLS too.
 
@@ -198,9 +206,7 @@ class Frames:
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
         """The next message; ``ChannelError`` when over ``maxlength`` (unread), ``EOFError`` at hang-up."""
-        (size,) = _LENGTH.unpack(self._read(_LENGTH.size))
-        if size < 0 or (maxlength is not None and size > maxlength):
-            raise ChannelError(f"a {size}-byte frame is over the limit")
+        size = _size(self._read(_LENGTH.size), maxlength)
         return self._read(size)
 
     def recv(self) -> tuple[int, bytes]:
@@ -270,9 +276,7 @@ async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 async def _read(reader: asyncio.StreamReader, maxlength: int | None) -> bytes:
     """The next message of a stream; ``ChannelError`` when it is over ``maxlength`` (not read)."""
-    (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-    if size < 0 or (maxlength is not None and size > maxlength):
-        raise ChannelError(f"a {size}-byte frame is over the limit")
+    size = _size(await reader.readexactly(_LENGTH.size), maxlength)
     return await reader.readexactly(size)
 
 

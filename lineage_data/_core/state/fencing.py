@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import random
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -74,7 +75,7 @@ class Fences:
         """A new incarnation: a random epoch of its own."""
         self.epoch = random.getrandbits(30) + 1
         self._generation = self.epoch << EPOCH_BITS
-        self._parents: dict[ParentId, _Parent] = {}
+        self._parents: defaultdict[ParentId, _Parent] = defaultdict(_Parent)
 
     def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:
         """A batch is about to be handed to a stage's function: new generation, barred siblings."""
@@ -83,9 +84,7 @@ class Fences:
         barred: dict[int, str] = {}
         for i, (root, path) in enumerate(zip(roots, paths, strict=True)):
             pid, ordinal = _split(root, tuple(path))
-            parent = self._parents.get(pid)
-            if parent is None:
-                parent = self._parents[pid] = _Parent()
+            parent = self._parents[pid]
             barrier = parent.barrier
             if barrier is not None and barrier.stage_index <= stage_index:
                 barred[i] = barrier.cause
@@ -166,9 +165,7 @@ class Fences:
             if generation >> EPOCH_BITS == self.epoch:
                 return Verdict.STALE  # released, or never dispatched by this incarnation
             # Dispatched by an earlier incarnation of this state (lost with its actor): accept.
-            if parent is None:
-                parent = self._parents[pid] = _Parent()
-            parent.generations[(stage_index, ordinal)] = generation
+            self._parents[pid].generations[(stage_index, ordinal)] = generation
             return Verdict.ACCEPTED
         if current != generation:
             return Verdict.STALE

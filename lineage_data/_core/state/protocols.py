@@ -56,14 +56,8 @@ class Fencing(Protocol):
         ...
 
 
-class CrashJournal(Protocol):
-    """Attempts that began and never ended (see :class:`~.journal.AttemptJournal`)."""
-
-    def attempt(
-        self, stage: str, key: str | None, ended: Sequence[str] = (), who: str | None = None
-    ) -> tuple[int, int]:
-        """A call on ``key`` begins, those on ``ended`` are through: ``(crashes, timeouts)``."""
-        ...
+class Suspects(Protocol):
+    """The attempts that hung, and the keys an earlier attempt crashed or hung on."""
 
     def hung(self, stage: str, key: str) -> None:
         """The attempt on ``key`` now running timed out."""
@@ -71,6 +65,16 @@ class CrashJournal(Protocol):
 
     def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` an earlier attempt crashed or hung on."""
+        ...
+
+
+class CrashJournal(Suspects, Protocol):
+    """Attempts that began and never ended (see :class:`~.journal.AttemptJournal`)."""
+
+    def attempt(
+        self, stage: str, key: str | None, ended: Sequence[str] = (), who: str | None = None
+    ) -> tuple[int, int]:
+        """A call on ``key`` begins, those on ``ended`` are through: ``(crashes, timeouts)``."""
         ...
 
     def crashed_by(self, stage: str, key: str) -> list[str]:
@@ -130,19 +134,11 @@ METHODS: tuple[str, ...] = _served(Coordinator)
 
 
 @runtime_checkable
-class Journal(Protocol):
+class Journal(Suspects, Protocol):
     """The crash journal as a stage's :class:`~lineage_data._core.guard.Guard` uses it."""
 
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
         """A call on ``key`` begins, those on ``ended`` are through: ``(crashes, timeouts)``."""
-        ...
-
-    def hung(self, stage: str, key: str) -> None:
-        """The attempt on ``key`` now running timed out."""
-        ...
-
-    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
-        """Those of ``keys`` an earlier attempt crashed or hung on."""
         ...
 
     def why_crashed(self, stage: str, key: str) -> str | None:
