@@ -343,10 +343,7 @@ class Ledger:
         ).drop_columns([C.PATH, C.SIZE, C.PARENT] if self.level == 0 else [C.SIZE, C.PARENT])
 
     def terminal(self) -> TerminalRows:
-        """Every delivered root's terminal row: ``root -> (outcome, cause, stage, committed_s)``.
-
-        Read when a report asks (~40 ms for 1M roots, often not needed): a done root never changes.
-        """
+        """Every delivered root's ``root -> (outcome, cause, stage, committed_s)``, read when asked."""
         order = self._order.data[: self._done].copy()
         index, flags, seconds = self._index, self._flags, self._seconds
         return TerminalRows(

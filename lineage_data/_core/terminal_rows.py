@@ -21,10 +21,7 @@ TerminalRow = tuple[str, str | None, str | None, float]  # outcome, cause, stage
 
 
 class TerminalRows(Mapping[str, TerminalRow]):
-    """The terminal rows of a ledger, in completion order: a read-only mapping built for one report.
-
-    ``values()`` is one list built at once; :meth:`outcome_stage_counts` counts without a row loop.
-    """
+    """The terminal rows of a ledger, in completion order: a read-only mapping built for one report."""
 
     def __init__(
         self,
@@ -36,7 +33,7 @@ class TerminalRows(Mapping[str, TerminalRow]):
         *,
         tally: np.ndarray,
     ) -> None:
-        """``roots``, ``codes`` and ``seconds`` are read on first use; ``tally``: rows per outcome code."""
+        """``roots``, ``codes`` and ``seconds`` are read on first use; ``tally``: rows per code."""
         self._read_ids, self._read_codes, self._read_seconds = roots, codes, seconds
         self._tally = tally
         self._size = len(slots)

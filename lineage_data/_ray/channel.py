@@ -205,7 +205,7 @@ class Frames:
         self.sock.sendall(_HEADER.pack(len(body) + 1, code) + body)
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
-        """The next message; ``ChannelError`` when over ``maxlength`` (unread), ``EOFError`` at hang-up."""
+        """The next message; ``ChannelError`` when over ``maxlength``, ``EOFError`` at hang-up."""
         size = _size(self._read(_LENGTH.size), maxlength)
         return self._read(size)
 
@@ -249,7 +249,7 @@ def _authenticate(frames: Any, secret: bytes, server: bool) -> None:
 
 
 class _Bridge:
-    """A server connection (asyncio streams) as the blocking challenge functions see it from a thread."""
+    """A server connection as the blocking challenge functions see it from a worker thread."""
 
     def __init__(
         self,

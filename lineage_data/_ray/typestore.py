@@ -25,10 +25,7 @@ _SEP = "\x1f"
 
 
 class TypeStore(StageClient):
-    """The :class:`StageClient` a flat plan's operators get: types in the GCS, the journal on each node.
-
-    Picklable (two strings).
-    """
+    """A flat plan's picklable :class:`StageClient`: types in the GCS, the journal on each node."""
 
     def __init__(self, run_id: str) -> None:
         self.name = f"lineage-{run_id}-types"

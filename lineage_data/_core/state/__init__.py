@@ -45,7 +45,7 @@ __all__ = [
 
 
 def _owned(owner: str, method: Callable[..., Any]) -> Callable[..., Any]:
-    """The facade's ``method``: the same method of the owner in attribute ``owner``, counted as served."""
+    """The facade's ``method``: the method of the owner in attribute ``owner``, counted as served."""
     name = method.__name__
 
     def call(self: LineageState, *args: Any, **kwargs: Any) -> Any:
@@ -86,7 +86,7 @@ class LineageState(Coordinator):
     established = _owned("types", ColumnTypes.established)
 
     def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:
-        """:meth:`Roots.root_ids_since <.registry.Roots.root_ids_since>` (the driver's: not counted)."""
+        """:meth:`.registry.Roots.root_ids_since` (the driver's poll: not counted as served)."""
         return self.roots.root_ids_since(cursor)
 
     def commit(
@@ -103,7 +103,7 @@ class LineageState(Coordinator):
         counts: dict[str, int] | None = None,
         batches: Sequence[int] | None = None,
     ) -> CommitResult:
-        """:meth:`Fences.commit <.fencing.Fences.commit>`, its outcomes and ``counts`` added to ``stage``'s."""
+        """:meth:`.fencing.Fences.commit`, its outcomes and ``counts`` added to ``stage``'s."""
         self._reports += 1
         result = self.fences.commit(
             stage_index, generation, roots, paths, outcomes, causes, group=group, batches=batches

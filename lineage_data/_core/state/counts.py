@@ -30,7 +30,7 @@ def derived_counts(
     """Counts of source-level 1:1 stages (``derived``), which report nothing, from the terminal rows.
 
     ``terminal`` maps each root to ``(outcome, cause, stage, ...)``; what it was at each stage is
-    :func:`~lineage_data._core.outcomes.passed_as`. A ledger's ``TerminalRows`` is counted with no loop.
+    :func:`~lineage_data._core.outcomes.passed_as`. ``TerminalRows`` are counted with no loop.
     """
     if isinstance(terminal, TerminalRows):
         ended = terminal.outcome_stage_counts()

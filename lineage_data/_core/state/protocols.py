@@ -151,7 +151,4 @@ class StageClient(Journal, StageTypes, Protocol):
 
 
 class OperatorClient(Coordinator, StageClient, Protocol):
-    """What the operator of a stage below the source level talks to: the whole table and ``why_crashed``.
-
-    A source-level 1:1 stage in a flat plan needs only a :class:`StageClient`.
-    """
+    """What a stage below the source level talks to: the whole table and ``why_crashed``."""

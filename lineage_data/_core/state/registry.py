@@ -22,7 +22,7 @@ class Roots:
         self._unnamed = 0  # blocks registered without a name (each a block of its own)
 
     def register_roots(self, roots: Sequence[str], block: str | None = None) -> None:
-        """Record the roots of one source block; a root of another block is a :class:`DuplicateRootError`.
+        """Record the roots of one block; a root another block registered is a ``DuplicateRootError``.
 
         ``block`` names the block (a retried source task registers it again: nothing changes);
         without it, every call is a block of its own.

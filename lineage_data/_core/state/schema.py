@@ -27,7 +27,7 @@ class ColumnTypes:
         return {name: known.setdefault(name, token) for name, token in types.items()}
 
     def note_columns(self, stage: str, names: Sequence[str]) -> None:
-        """Record columns ``stage``'s rows showed with no type yet (only ``None`` or ``[]``): still its columns."""
+        """Record columns ``stage``'s rows showed with no type yet (only ``None`` or ``[]``)."""
         self._columns.setdefault(stage, {}).update(dict.fromkeys(names))
 
     def established(self, stage: str) -> list[str]:
