@@ -1,10 +1,7 @@
 """User values to Arrow columns: one type per column and stage, a root whose values do not fit failing alone.
 
-Bad input is a root's outcome, not the job's: :func:`build_columns` builds a table from Python values
-and fails only the rows (or groups of rows) whose values Arrow cannot hold or whose types do not unify
-with the column's; :class:`EstablishedTypes` keeps one type per column of a stage across a whole run, so
-that Ray Data can concatenate every block. The names are also reachable as
-``lineage_data._core.columns.X``.
+Bad input is a root's outcome, not the job's. :class:`EstablishedTypes` keeps one type per column of a
+stage across a run, so that Ray Data can concatenate every block. Also reachable as ``C.X``.
 """
 
 from __future__ import annotations
@@ -29,13 +26,7 @@ CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 def unify_types(a: pa.DataType | None, b: pa.DataType) -> pa.DataType | None:
     """The type both ``a`` and ``b`` promote to safely (as ``pa.unify_schemas`` "permissive"), or None.
 
-    ``a=None`` means nothing is known yet: the answer is ``b``. Ray Data concatenates blocks with the
-    same promotion, so blocks whose column types unify here never stop a run.
-
-    >>> unify_types(pa.int64(), pa.float64())
-    DataType(double)
-    >>> unify_types(pa.int64(), pa.string()) is None
-    True
+    ``a=None``: nothing known yet. Ray Data concatenates blocks with the same promotion.
     """
     if a is None or a == b:
         return b
@@ -51,13 +42,7 @@ def unify_types(a: pa.DataType | None, b: pa.DataType) -> pa.DataType | None:
 
 @functools.lru_cache(maxsize=4096)
 def is_decided(t: pa.DataType) -> bool:
-    """False when ``t`` is, or holds, the null type (a column of ``None`` or of C.empty lists).
-
-    Such a type says nothing about the values still to come, so it is never established.
-
-    >>> is_decided(pa.list_(pa.int64())), is_decided(pa.list_(pa.null()))
-    (True, False)
-    """
+    """False when ``t`` is, or holds, the null type: it tells nothing of later values (never established)."""
     if pa.types.is_null(t):
         return False
     if pa.types.is_struct(t):
@@ -96,16 +81,11 @@ def build_columns(
     types: Mapping[str, pa.DataType] | None = None,
     groups: Sequence[Hashable] | None = None,
 ) -> tuple[pa.Table, dict[int, str]]:
-    """A table from Python column values, with the rows whose values do not fit failed, not the job.
+    """A table from Python column values, and ``{row index: cause}`` for the rows whose values do not fit.
 
-    Returns the table and ``{row index: cause}`` for the failed rows (their user values are null in the
-    table). A column takes the type of its first value, promoted (:func:`unify_types`) by the values
-    after it; a value of a type that does not unify fails its row with ``"TypeConflict: column 'x' has
-    int64 and string"``, a value Arrow cannot hold at all (an arbitrary object) fails it too. ``types``
-    gives columns an established type to start from (a value must unify with it). With ``groups``
-    (a key per row, e.g. the parent), rows fail together: groups are taken in order of first row, and a
-    group with any value that does not fit fails as a whole, its values deciding nothing. Reserved
-    columns are the library's own and are built with their canonical type, never isolated.
+    A failed row's user values are null. A column's type is its values' types unified, starting from
+    ``types`` (the established ones); a value that does not unify or that Arrow cannot hold fails its
+    row, or with ``groups`` (a key per row) its whole group, whose values then decide nothing.
     """
     types = types or {}
     arrays: dict[str, pa.Array] = {}
@@ -133,9 +113,8 @@ def _isolate(
 ) -> tuple[pa.Table, dict[int, str]]:
     """The slow path of :func:`build_columns`: decide each group's fate, then build what fits.
 
-    A group fails when one of its values has no Arrow type or does not unify with its column's type
-    so far; the others decide the column types. If a column still does not convert to its type, the
-    groups holding the values that do not fit are failed (``forced``) and the fates decided again.
+    If a column still does not convert to its type, the groups holding the values that do not fit are
+    failed (``forced``) and the fates decided again.
     """
     keys: Sequence[Hashable] = groups if groups is not None else range(num_rows)
     members: dict[Hashable, list[int]] = {}
@@ -211,8 +190,7 @@ def _force(
 ) -> None:
     """Fail (in ``forced``) the groups whose values of column ``misfit`` do not convert to ``target``.
 
-    Raises:
-        ContractError: No group is left to fail: a bug here, not bad input.
+    A :class:`ContractError` when no group is left to fail: a bug here, not bad input.
     """
     before = len(forced)
     live = [(i, v) for i, v in enumerate(values) if i not in failed and v is not None]
@@ -251,12 +229,16 @@ def build_rows(
     """:func:`build_columns` over row dicts whose keys may differ, with every lineage column."""
     if not rows:
         return C.empty(), {}
+    table, failed = build_columns(row_columns(rows), len(rows), types=types, groups=groups)
+    return C.conform(table), failed
+
+
+def row_columns(rows: Sequence[Mapping]) -> dict[str, list]:
+    """Row dicts whose keys may differ as columns, in order of first appearance (None where absent)."""
     names: dict[str, None] = {}
     for row in rows:
         names.update(dict.fromkeys(row))
-    columns = {name: [row.get(name) for row in rows] for name in names}
-    table, failed = build_columns(columns, len(rows), types=types, groups=groups)
-    return C.conform(table), failed
+    return {name: [row.get(name) for row in rows] for name in names}
 
 
 def with_statuses(table: pa.Table, statuses: Mapping[int, Status]) -> pa.Table:
@@ -264,11 +246,7 @@ def with_statuses(table: pa.Table, statuses: Mapping[int, Status]) -> pa.Table:
     if not statuses:
         return table
     table = C.conform(table)
-    columns = {
-        C.OUTCOME: table[C.OUTCOME].to_pylist(),
-        C.CAUSE: table[C.CAUSE].to_pylist(),
-        C.STAGE: table[C.STAGE].to_pylist(),
-    }
+    columns = {name: table[name].to_pylist() for name in (C.OUTCOME, C.CAUSE, C.STAGE)}
     for i, status in statuses.items():
         columns[C.OUTCOME][i] = status.outcome.value
         columns[C.CAUSE][i] = status.cause
@@ -284,14 +262,10 @@ def with_statuses(table: pa.Table, statuses: Mapping[int, Status]) -> pa.Table:
 class EstablishedTypes:
     """One operator's view of the run's column types of one stage: first writer wins, run-wide.
 
-    Blocks of different tasks meet in Ray Data, which concatenates them with permissive promotion only;
-    a column that is ``int64`` in one block and ``string`` in another would stop the run there. So the
-    first block that shows a column (with a decided type) establishes its type for the stage, through
-    ``coordinator.establish_types(stage, {column: token})``, and later rows whose values do not unify
-    with it fail, their root with them. Established types are cached here: the coordinator is asked
-    only when a column this operator has not seen yet appears. A column shown with no decided type
-    (only ``None`` or ``[]`` so far) establishes nothing but is noted (``coordinator.note_columns``):
-    it is a column of the stage all the same, which an C.empty group of its rows reduces to ``[]``.
+    A column ``int64`` in one block and ``string`` in another would stop Ray Data's concatenation, so
+    the first block that shows a decided type establishes it (``coordinator.establish_types``) and later
+    rows that do not unify fail. A column with no decided type yet is only noted
+    (``coordinator.note_columns``): an empty group still reduces it to ``[]``.
     """
 
     def __init__(self, coordinator: StageClient | OperatorClient, stage: str) -> None:
@@ -306,9 +280,7 @@ class EstablishedTypes:
         self, rows: Sequence[Mapping], *, groups: Sequence[Hashable] | None = None
     ) -> tuple[pa.Table, dict[int, str]]:
         """:func:`build_rows` with the established types; establishes the new columns it shows."""
-        return self._established(
-            lambda: build_rows(rows, types=self._known, groups=groups),
-        )
+        return self._established(lambda: build_rows(rows, types=self._known, groups=groups))
 
     def build_columns(
         self,
@@ -319,7 +291,7 @@ class EstablishedTypes:
     ) -> tuple[pa.Table, dict[int, str]]:
         """:func:`build_columns` with the established types; establishes the new columns it shows."""
         return self._established(
-            lambda: build_columns(columns, num_rows, types=self._known, groups=groups),
+            lambda: build_columns(columns, num_rows, types=self._known, groups=groups)
         )
 
     def _established(
@@ -327,24 +299,23 @@ class EstablishedTypes:
     ) -> tuple[pa.Table, dict[int, str]]:
         """``build()``, then again if a column it shows was established with a type it conflicts with."""
         table, failed = build()
-        new = {
-            field.name: type_token(field.type)
-            for field in table.schema
-            if not C.is_reserved(field.name)
-            and field.name not in self._known
-            and is_decided(field.type)
-        }
-        if new:
-            answer = self._coordinator.establish_types(self._stage, new)
-            redo = False
-            for name, token in answer.items():
-                established = token_type(token)
-                self._known[name] = established
-                redo = redo or unify_types(established, table.schema.field(name).type) is None
-            if redo:
-                table, failed = build()
+        answer = self._establish(table.schema)
+        if any(unify_types(self._known[n], table.schema.field(n).type) is None for n in answer):
+            table, failed = build()
         self._note_open(table.schema)
         return table, failed
+
+    def _establish(self, schema: pa.Schema) -> dict[str, str]:
+        """Establish the decided user columns of ``schema`` not known yet; the coordinator's answer."""
+        new = {
+            f.name: type_token(f.type)
+            for f in schema
+            if not C.is_reserved(f.name) and f.name not in self._known and is_decided(f.type)
+        }
+        answer = self._coordinator.establish_types(self._stage, new) if new else {}
+        for name, token in answer.items():
+            self._known[name] = token_type(token)
+        return answer
 
     def _note_open(self, schema: pa.Schema) -> None:
         """Note the user columns of ``schema`` with no decided type that neither cache knows (one call)."""
@@ -363,20 +334,12 @@ class EstablishedTypes:
     def conform_table(self, table: pa.Table) -> tuple[pa.Table, dict[int, str]]:
         """``table`` (user columns) cast to the established types; rows whose values do not fit fail.
 
-        Returns the table (a failed row's value in a conflicting column becomes null) and
-        ``{row index: cause}``. Columns new to this operator are established first (one call).
+        Returns the table (a failed row's conflicting value is null) and ``{row index: cause}``.
         """
         schema = table.schema
         if self._fits is not None and schema.equals(self._fits):  # the usual batch
             return table, {}
-        new = {
-            f.name: type_token(f.type)
-            for f in table.schema
-            if not C.is_reserved(f.name) and f.name not in self._known and is_decided(f.type)
-        }
-        if new:
-            for name, token in self._coordinator.establish_types(self._stage, new).items():
-                self._known[name] = token_type(token)
+        self._establish(schema)
         self._note_open(schema)
         failed: dict[int, str] = {}
         for index, f in enumerate(table.schema):

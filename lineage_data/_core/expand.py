@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK, TARGET_BLOCK_BYTES, row_bytes
+from lineage_data._core.conversion import row_columns
 from lineage_data._core.errors import ContractError, PlanError, StageFailedError, describe
 from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
@@ -28,13 +29,10 @@ __all__ = ["DEFAULT_ROWS_PER_BLOCK", "ExpandOp"]
 class ExpandOp:
     """Expands every PRESENT entity of the stage's level into children.
 
-    Children are emitted in blocks of ``rows_per_block`` rows (see :mod:`.physical.block_rows`)
-    or ``target_bytes`` bytes, whichever is reached first, as the function yields them, so one huge
-    parent spreads over many downstream workers and many small parents share a block. After a
-    parent's last child comes its *header*: the parent's columns (binary columns are released unless
-    carried) and the number of children. A parent whose function raises gets a FAILED header
-    (children already emitted are discarded at reduce); a parent with no children gets a header of
-    size 0 — it is never lost.
+    Children go out in blocks of ``rows_per_block`` rows or ``target_bytes`` bytes as the function
+    yields them. After a parent's last child comes its *header*: the parent's columns (binary ones
+    released unless carried) and its number of children; a parent that fails or has no children
+    still gets one, so it is never lost.
     """
 
     def __init__(
@@ -79,17 +77,12 @@ class ExpandOp:
             payload = None  # a parent that is not expanded keeps no payload
             if entering is None and not whole:  # an isolated block: each parent journaled alone
                 entering = guard.unit(unit_key(root, path))
-                if entering is not None:
-                    yield from blocks.close(key, payload, entering)
-                    continue
             if entering is None:
-                children = _Children(self, row, key, blocks)
                 guard.tick()  # timeout_s bounds each wait for the next child (not the yields)
                 try:
-                    yield from children
+                    entering = yield from self._children(row, key, blocks)
                 finally:
                     guard.pause()
-                entering = children.result
                 payload = self._parent_payload(row)
                 if not whole:
                     guard.done(unit_key(root, path))
@@ -113,10 +106,7 @@ class ExpandOp:
         return C.pick(table, mask), C.pick(table, ~mask)
 
     def _rows(self, parents: pa.Table) -> tuple[list[dict], list[tuple]]:
-        """The parent rows as the function sees them, and their lineage, read by column.
-
-        A row has every column but the lineage; its lineage is ``(root, path, outcome, cause, stage)``.
-        """
+        """The parent rows without lineage, and their ``(root, path, outcome, cause, stage)``."""
         rows = parents.select([n for n in parents.column_names if n not in C.ALL]).to_pylist()
         lineage = zip(
             parents[C.ROOT].to_pylist(),
@@ -127,6 +117,45 @@ class ExpandOp:
             strict=True,
         )
         return rows, list(lineage)
+
+    def _children(
+        self, row: dict, key: ParentKey, blocks: _Blocks
+    ) -> Generator[pa.Table, None, Status]:
+        """One parent's children into ``blocks``, yielding full blocks; returns the parent's status.
+
+        Stops early when a block fails the parent; a raising ``fn`` or a child that is not a dict fails
+        it (``on_error="raise"`` stops the run on a raising ``fn``).
+        """
+        stage = self._stage
+        carry = self._carry(row)
+        fixed = row_bytes(carry) + _LINEAGE_BYTES  # what every child of this parent adds
+        n = 0
+        children: Any = None
+        try:
+            children = self._fn(dict(row))
+            for child in children:
+                try:
+                    child = self._check(child, n)
+                except ContractError as exc:
+                    _close(children)
+                    return outcomes.rejected(describe(exc), stage.name)
+                block = blocks.add(key, {**carry, **child}, fixed + row_bytes(child))
+                n += 1
+                if block is not None:
+                    # downstream may hold this yield for long (backpressure): not the function's time
+                    self._guard.pause()
+                    yield block
+                self._guard.tick()
+                if key in blocks.failed:
+                    _close(children)  # this parent is FAILED: its later children are not needed
+                    return outcomes.PRESENT
+        except (ContractError, PlanError):
+            raise
+        except StageFailedError as exc:
+            raise CallPolicy(stage.name, stage.on_error).stopped(exc) from exc
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            return CallPolicy(stage.name, stage.on_error).failed(exc, "a parent")
+        return outcomes.PRESENT
 
     def _carry(self, row: dict) -> dict:
         missing = [c for c in self._stage.carry if c not in row]
@@ -165,12 +194,7 @@ _LINEAGE_BYTES = 64  # a child's lineage columns, about
 
 @dataclass(slots=True)
 class _Group:
-    """A parent's rows still to go out: children not emitted yet, then (once it is closed) its header.
-
-    ``rows`` are the user columns of the children ``first``, ``first + 1``... (by ordinal); their
-    lineage columns are made when they go out. ``header``: the parent's payload (None when the parent
-    was not expanded) and its status.
-    """
+    """A parent's children still to go out (user columns, from ordinal ``first``), then its header."""
 
     key: ParentKey
     rows: list[dict] = field(default_factory=list)
@@ -193,18 +217,11 @@ class _Group:
 class _Blocks:
     """The children of one batch on their way out in blocks, each parent's header with its children.
 
-    Every block is built with :meth:`~lineage_data._core.columns.EstablishedTypes.build_rows`, grouped
-    by parent: a parent whose children do not fit (conflicting column types among its children, with
-    another parent's, or with the stage's established types; a value Arrow cannot hold) is FAILED
-    alone and its rows in that block are left out, the other parents' rows go on. Its header counts
-    only the children emitted before, which the reduce then discards with it.
-
-    Blocks hold exactly ``rows_per_block`` rows (the last of a batch fewer), because Ray Data cuts the
-    expansion's output every ``rows_per_block`` rows: equal blocks keep those cuts on our boundaries.
-    A parent with more children than a block spreads over consecutive blocks of its own, its header
-    after its last children. Smaller parents wait, closed, in a pool, and blocks are packed from whole
-    groups (children + header) that fill them exactly; only when no exact fill is found among two
-    blocks' worth of groups (or at the end) is a group split. So the reduce completes almost every
+    A parent whose children do not fit (conflicting column types; a value Arrow cannot hold) is FAILED
+    alone, its rows in that block left out. Blocks hold exactly ``rows_per_block`` rows (the last of a
+    batch fewer): Ray Data cuts the output every ``rows_per_block`` rows, so equal blocks keep its cuts
+    on ours. Small parents wait, closed, in a pool and blocks are packed from whole groups that fill
+    them exactly (a group is split only when none is found), so the reduce completes almost every
     parent within one block, without asking the group holders.
     """
 
@@ -267,9 +284,8 @@ class _Blocks:
     def _fill(self, *, split: bool) -> tuple[list[_Group], tuple[_Group, int] | None] | None:
         """Groups that fill one block exactly, and the group to split to fill it (or None).
 
-        Largest groups first, then one group of exactly the room left, or one swapped for a group
-        that much larger; else, with ``split``, the room is filled by part of a group's children.
-        None: no exact fill and no split allowed (wait for more parents).
+        Largest groups first, then one of exactly the room left, or one swapped for a group that much
+        larger; else, with ``split``, part of a group's children. None: wait for more parents.
         """
         ranked = sorted(self._pool, key=lambda g: g.size, reverse=True)
         chosen: list[_Group] = []
@@ -316,8 +332,7 @@ class _Blocks:
     def _build(self, segments: list[_Segment], headers: list[_Header]) -> pa.Table:
         """One block: the children (parents that do not fit failed), then the headers given.
 
-        Built as one table, column by column: the children's user columns (null in the header rows),
-        in the order their rows give, the lineage columns after the first row's own columns.
+        Built column by column: the lineage columns come after the first row's own columns.
         """
         # a failed parent's rest is dropped
         segments = [s for s in segments if s[0] not in self.failed and s[2]]
@@ -325,11 +340,7 @@ class _Blocks:
             return self._headers(headers) if headers else C.empty()
         rows = [row for _, _, part in segments for row in part]
         keys = [key for key, _, part in segments for _ in part]
-        names: dict[str, None] = {}
-        for row in rows:
-            names.update(dict.fromkeys(row))
-        columns = {name: [row.get(name) for row in rows] for name in names}
-        user, failed = self._op._types.build_columns(columns, len(rows), groups=keys)
+        user, failed = self._op._types.build_columns(row_columns(rows), len(rows), groups=keys)
         paths = _child_paths(segments)
         if failed:
             for i, cause in failed.items():
@@ -424,51 +435,6 @@ def _child_paths(segments: list[_Segment]) -> pa.Array:
     return pa.ListArray.from_arrays(
         pa.array(offsets), pa.array(values.astype(np.int32)), type=C.TYPES[C.PATH]
     )
-
-
-class _Children:
-    """Iterates one parent's children into ``blocks``, yielding full blocks; ``result`` after the end.
-
-    The parent's iteration stops early when a block fails it; a raising ``fn`` or a child that is not a
-    dict fails the parent (``on_error="raise"`` stops the run on a raising ``fn``).
-    """
-
-    def __init__(self, op: ExpandOp, row: dict, key: ParentKey, blocks: _Blocks) -> None:
-        self._op, self._row, self._key, self._blocks = op, row, key, blocks
-        self.result: Status = outcomes.PRESENT
-
-    def __iter__(self) -> Iterator[pa.Table]:
-        op, stage = self._op, self._op._stage
-        carry = op._carry(self._row)
-        fixed = row_bytes(carry) + _LINEAGE_BYTES  # what every child of this parent adds
-        key = self._key
-        n = 0
-        children: Any = None
-        try:
-            children = op._fn(dict(self._row))
-            for child in children:
-                try:
-                    child = op._check(child, n)
-                except ContractError as exc:
-                    self.result = outcomes.rejected(describe(exc), stage.name)
-                    _close(children)
-                    return
-                block = self._blocks.add(key, {**carry, **child}, fixed + row_bytes(child))
-                n += 1
-                if block is not None:
-                    # downstream may hold this yield for long (backpressure): not the function's time
-                    op._guard.pause()
-                    yield block
-                op._guard.tick()
-                if key in self._blocks.failed:
-                    _close(children)  # this parent is FAILED: its later children are not needed
-                    return
-        except (ContractError, PlanError):
-            raise
-        except StageFailedError as exc:
-            raise CallPolicy(stage.name, stage.on_error).stopped(exc) from exc
-        except Exception as exc:  # noqa: BLE001 - user code may raise anything
-            self.result = CallPolicy(stage.name, stage.on_error).failed(exc, "a parent")
 
 
 def _close(children: Any) -> None:

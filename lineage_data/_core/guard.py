@@ -1,41 +1,13 @@
 """Inputs that crash or hang the process running a stage: fail that input, not the job.
 
-A Python exception is caught where it is raised (:mod:`policy`). A worker process that dies (a
-segfault or an abort in native code, ``os._exit``, an out-of-memory kill) raises nothing: Ray
-retries its task or actor call, with no end, on the same input. So every block a stage's operator
-runs is journaled in the coordinator first (:meth:`LineageState.attempt`, one call per block, the
-previous block's end sent with it): an attempt that began and never ended is a crash. A block that
-crashed is isolated on its retry: its units (rows, parents, groups) run one at a time, each
-journaled (the units an earlier attempt died on first, see :meth:`Guard.suspects`), and a unit that
-has killed its process ``max_crash_retries + 1`` times in all (its block's deaths and its own alone,
-at least one of them alone) ends FAILED with ``WorkerCrashedError``, without being run again; every
-other unit keeps its normal value. A worker lost once, not by its input, costs one isolated retry of
-its block and never fails a unit.
-
-A call that hangs (``timeout_s``): a watchdog thread records the timeout in the journal and ends
-the process, so Ray replaces it and retries; a block that timed out is isolated at once, and a unit
-that timed out ends FAILED with ``TimeoutError``. A hang inside native code that holds Python's lock
-cannot be seen by a Python thread, so a C-level timer ends the process a few seconds later as a
-backstop; that attempt is journaled as a crash. Ending the process and the timer are the worker's
-(:class:`Watchdog` is given them: ``lineage_data._ray.worker``); without a watchdog no timeout is
-enforced.
-
-An actor that dies again and again before it finishes anything is isolated whatever the block
-journal says (:func:`born`): each life of a pool actor is journaled under the actor's id, which Ray
-keeps across restarts, and ended by the first report of finished work. Past ``max_crash_retries``
-lives in a row that ended nothing, the next life runs its blocks isolated (its units, whose keys are
-their lineage keys, are journaled one by one and fail on their own crashes); past
-:func:`barren_limit` of them the stage raises a typed :class:`WorkerCrashedError`. So a crash loop
-ends even where a block's key were to change between Ray's retries.
-
-Several operators of one stage may run in one process at once (an actor with several batches in
-flight, see :func:`set_concurrent`). Their user calls then run together, but a unit of an isolated
-block runs *alone* in its process, and its end is journaled before the next one starts: a crash or a
-hang is only ever pinned on the unit that was running, never on a neighbour. The watchdog keeps one
-deadline per thread.
-
-Ray-free, like all of ``_core``: the journal is whatever coordinator the operator talks to, and the
-process is ended only through the watchdog's ``end``.
+A dead worker raises nothing and Ray retries its task on the same input without end. So each block an
+operator runs is journaled in the coordinator first (one call per block, the previous block's end sent
+with it): an attempt that began and never ended is a crash. A block that crashed or timed out is
+isolated on its retry: its units (rows, parents, groups) run one at a time, alone in the process,
+each journaled, so a death is pinned on the unit that was running; a unit that killed its process
+``max_crash_retries + 1`` times (at least once alone) or hung ends FAILED without running again.
+Deaths no unit owns are bounded too (:func:`doom_limit`, :func:`born`). The user-facing rules are in
+docs/guide/fault-tolerance.md. Ray-free: the process is ended only through :class:`Watchdog`'s ``end``.
 """
 
 from __future__ import annotations
@@ -57,15 +29,15 @@ DEFAULT_MAX_CRASH_RETRIES = 2
 _BACKSTOP_S = 10.0  # the backstop ends a process this long after a deadline its thread missed
 
 
-_LIVES: dict[str, _Life] = {}  # this actor's life, by stage (see born)
+_LIVES: dict[str, tuple[str, int]] = {}  # by stage: this actor's life's key, barren lives before it
 _concurrent = False  # several operators of a stage run in this process at once (set_concurrent)
 
 
 def set_concurrent(on: bool = True) -> None:
     """Say that this process runs several operators of a stage at once (threads of one actor).
 
-    From then on the end of every isolated unit is journaled as soon as it ends (one more journal
-    call per isolated unit), so a crash of a unit running later in another thread is not pinned on it.
+    Then each isolated unit's end is journaled at once, so a later crash in another thread is not
+    pinned on it.
     """
     global _concurrent
     _concurrent = on
@@ -74,10 +46,7 @@ def set_concurrent(on: bool = True) -> None:
 def doom_limit(max_crash_retries: int, units: int) -> int:
     """Deaths of one block, isolated or not, past which no unit of it is run again.
 
-    More than a block of ``units`` units needs when every death is pinned on the unit that caused
-    it (one whole, one for each set of its units run together, and ``max_crash_retries`` (at least
-    one) alone for each unit), with room to spare: more means a death that no unit owns (a crash
-    that comes after its input's call returned, or outside any call).
+    More than the block needs when every death is pinned on a unit: more means deaths no unit owns.
     """
     retries = max_crash_retries + 1
     return retries * (units + 1) + units * max(1, max_crash_retries) + 1
@@ -87,30 +56,16 @@ def barren_limit(max_crash_retries: int) -> int:
     """Lives in a row an actor may end without finishing anything before its stage fails.
 
     Isolation starts after ``max_crash_retries + 1`` such lives and a unit alone fails after at most
-    ``max_crash_retries`` more (at least one), so a loop past this many has a cause no unit owns.
+    ``max_crash_retries`` more (at least one): a loop past this has a cause no unit owns.
     """
     return 2 * max_crash_retries + 3
-
-
-class _Life:
-    """One life of a pool actor, journaled until it reports finished work (see :func:`born`)."""
-
-    def __init__(self, key: str, barren: int) -> None:
-        self.key = key
-        self.barren = barren  # earlier lives in a row that ended nothing
-
-    def ends(self) -> list[str]:
-        """The ends that forget this actor's barren lives (one per attempt on the key)."""
-        return [self.key] * (self.barren + 1)
 
 
 def born(stage: str, journal: Journal, actor: str, max_crash_retries: int) -> int:
     """A life of pool actor ``actor`` begins in ``stage``: how many lives before it ended nothing.
 
-    Called once per process start of the actor (Ray restarts an actor after its process died). The
-    life is one journal attempt; the first report of finished work from this process ends it. A
-    life that never reports one died before finishing anything: its blocks (whatever their keys)
-    killed it. Raises :class:`WorkerCrashedError` past :func:`barren_limit` such lives in a row.
+    Called once per process start; the life is one journal attempt, ended by the first report of
+    finished work. Raises :class:`WorkerCrashedError` past :func:`barren_limit` such lives in a row.
     """
     key = f"life of actor {actor}"
     barren, _ = journal.attempt(stage, key, ())
@@ -120,7 +75,7 @@ def born(stage: str, journal: Journal, actor: str, max_crash_retries: int) -> in
             f"stage {stage!r}: an actor died {barren} times in a row before it finished a block, "
             "and isolating its inputs did not stop it (a crash outside any one input)"
         )
-    _LIVES[stage] = _Life(key, barren)
+    _LIVES[stage] = (key, barren)
     return barren
 
 
@@ -174,11 +129,7 @@ def unit_key(root: str, path: Sequence[int] | None) -> str:
 
 
 def block_key(n: int, first: str, last: str) -> str:
-    """The journal's name for a block of ``n`` units: its size, first and last unit.
-
-    The same on every retry of the block (Ray retries a task or actor call on the same input); two
-    different blocks of one stage do not share their first and last unit and their size.
-    """
+    """The journal's name for a block of ``n`` units: the same on every retry of the block."""
     return f"#{n}\x1d{first}\x1d{last}"
 
 
@@ -204,12 +155,10 @@ _NO_JOURNAL = _NoJournal()
 class Guard:
     """The crash journal and the watchdog of one stage's operator, in one worker process.
 
-    Usage per block: ``whole = guard.block(n, first_key, last_key)``; if ``whole``, run the block's
-    units as usual (``guard.call`` around each user call); otherwise (the :meth:`suspects` first)
-    for each unit, inside
-    ``with guard.alone():``, ``status = guard.unit(key)``: a status is the unit's FAILED status (do
-    not run it), None means run it with ``guard.call``, then ``guard.done(key)``.
-    ``guard.done_block()`` when the block is through.
+    Per block: ``whole = guard.block(n, first_key, last_key)``; if ``whole``, run its units with
+    ``guard.call``; else for each unit (the :meth:`suspects` first), inside ``with guard.alone():``,
+    ``status = guard.unit(key)``: a FAILED status (do not run it), or None: run it with
+    ``guard.call``, then ``guard.done(key)``. ``guard.done_block()`` when the block is through.
     """
 
     def __init__(
@@ -221,7 +170,6 @@ class Guard:
         timeout_s: float | None = None,
         watchdog: Watchdog | None = None,
     ) -> None:
-        """``watchdog``: the process's, to enforce ``timeout_s`` (None: not enforced)."""
         self._stage = stage
         # Without a journal (None, or a stand-in that keeps none) nothing is isolated, and no timeout
         # is enforced: its retry could then never end. A flat plan journals on each node (TypeStore).
@@ -242,7 +190,7 @@ class Guard:
 
     @classmethod
     def of(cls, stage: Any, journal: Journal | None, *, watchdog: Watchdog | None) -> Guard:
-        """The guard of ``stage`` (any :class:`~lineage_data._core.stages.Stage`), with its options."""
+        """The guard of ``stage`` (any :class:`~lineage_data._core.stages.Stage`)."""
         return cls(
             stage.name,
             journal,
@@ -259,14 +207,15 @@ class Guard:
     def _attempt(self, key: str | None) -> tuple[int, int]:
         ended, self._ended = self._ended, []
         if ended and (life := _LIVES.pop(self._stage, None)) is not None:
-            ended += life.ends()  # finished work reached the journal: this life was not barren
+            life_key, barren = life  # finished work reached the journal: forget the barren lives
+            ended += [life_key] * (barren + 1)
         crashes, timeouts = self._journal.attempt(self._stage, key, ended)
         return int(crashes), int(timeouts)
 
     def _barren(self) -> bool:
         """This actor's earlier lives died more than ``max_crash_retries`` times in a row idle."""
         life = _LIVES.get(self._stage)
-        return life is not None and life.barren > self._max
+        return life is not None and life[1] > self._max
 
     def block(self, n: int, first: str, last: str) -> bool:
         """Begin a block of ``n`` units: True to run it whole, False to isolate its units."""
@@ -281,10 +230,7 @@ class Guard:
         return not self._isolated
 
     def batch(self, n: int, first: str, last: str) -> bool:
-        """Begin the rows of an isolated block that are not suspects, as one call: False to not.
-
-        Journaled as a block of their own (``"rest"`` + :func:`block_key`); see :meth:`suspects`.
-        """
+        """Begin the rows of an isolated block that are not suspects, as one call: False to not."""
         if self._doomed:
             return False
         key = "rest" + block_key(n, first, last)
@@ -314,29 +260,21 @@ class Guard:
             self._ended.append(key)
             cause = f"stage {self._stage!r}: no result in {self._limit:g} s"
             return outcomes.from_exception(TimeoutError(cause), self._stage)
-        # Its block died with it once (that death isolated the block; the block's later deaths
-        # are this unit's or its neighbours' alone, counted on their own keys).
+        # The block's first death counts for each of its units (later ones are the units' own):
+        # a unit fails after max_crash_retries + 1 deaths in all, at least one alone.
         whole = 1 if self._block_crashes else 0
         if crashes >= max(1, self._max + 1 - whole):
-            # it died max_crash_retries + 1 times in all, at least once alone (the death that
-            # pins it on this unit)
             self._ended.append(key)
             total = crashes + whole
-            why = self._why(key) or ("a native crash or abort, os._exit, or an out-of-memory kill")
+            why = self._journal.why_crashed(self._stage, key) or (
+                "a native crash or abort, os._exit, or an out-of-memory kill"
+            )
             cause = f"stage {self._stage!r}: the worker died {total} times on this input ({why})"
             return outcomes.from_exception(WorkerCrashedError(cause), self._stage)
         return None
 
-    def _why(self, key: str) -> str | None:
-        """What the journal can tell of why the processes that ran ``key`` died (or None)."""
-        return self._journal.why_crashed(self._stage, key)
-
     def suspects(self, keys: Sequence[str]) -> set[str]:
-        """Units of an isolated block that an earlier attempt crashed or hung on.
-
-        Run first: each retry of the block then crashes on them at once, instead of running every
-        unit before them again, and the units after them run once they are failed.
-        """
+        """Units of an isolated block that an earlier attempt crashed or hung on (run them first)."""
         return set(self._journal.suspects(self._stage, list(keys))) if keys else set()
 
     def done(self, key: str) -> None:
@@ -362,11 +300,8 @@ class Guard:
     def done_block(self) -> None:
         """The block is through (its end goes with the next attempt of this process).
 
-        An isolated block's ends are told at once: its last unit left pending would read as a
-        crash of that unit if the process died before its next attempt, and a unit is failed on
-        its own crashes. Its own end is never told: if the process dies before Ray has its output,
-        the retry counts one more death of the block, so deaths that no unit owns still add up to
-        :func:`doom_limit`.
+        An isolated block's unit ends are told at once (a unit left pending would read as its crash)
+        and its own end never: a death before Ray has its output still counts toward :func:`doom_limit`.
         """
         if self._block is not None and not self._isolated:
             self._ended.append(self._block)
@@ -402,9 +337,8 @@ class Guard:
 class Watchdog:
     """One thread per process: ends the process when a deadline armed by any thread passes.
 
-    Given what ending the process means, by the worker that runs it (``lineage_data._ray.worker``
-    has the process's one watchdog): ``end()`` ends it now and does not return; ``backstop(s)``
-    sets a timer below Python that ends it in ``s`` seconds (one per process; ``None`` cancels it).
+    ``end()`` ends the process now; ``backstop(s)`` sets a timer below Python that ends it in ``s``
+    seconds (``None`` cancels it), for a hang that holds the GIL. Both are the worker's.
     """
 
     def __init__(
@@ -438,10 +372,8 @@ class Watchdog:
     def _backstop(self) -> None:
         """The process's one backstop timer, after the latest deadline.
 
-        Each arming may start a thread (faulthandler's), and an expansion ticks once per child: the
-        timer is set ``_BACKSTOP_S`` beyond what is needed and moved only when a deadline passes
-        that, so it is set again about once every ``_BACKSTOP_S`` while children keep coming
-        (it then fires between one and two ``_BACKSTOP_S`` after a deadline a native call missed).
+        Set ``_BACKSTOP_S`` beyond what is needed and moved only when a deadline passes that: setting
+        it may start a thread, and an expansion ticks once per child.
         """
         if not self._armed:
             if self._backstop_at is not None:

@@ -30,8 +30,7 @@ def opening_expand(plan: Plan, index: int) -> int:
 def child_producer(plan: Plan, index: int) -> str:
     """The stage whose output columns the children of the reduce at ``index`` carry.
 
-    The closest stage before it that emits rows of the reduce's level: a 1:1 map, an inner reduce, or
-    the opening expansion (filters keep their input's columns).
+    The closest stage before it that emits rows of its level, filters aside (they keep their input's).
     """
     level = plan.stages[index].level
     for i in range(index - 1, opening_expand(plan, index) - 1, -1):
@@ -54,9 +53,8 @@ def build_op(
     """The operator for stage ``index`` of ``plan``, talking to ``coordinator``.
 
     A reduce needs ``holders`` for its partial groups (see :class:`ReduceOp`). ``watchdog``: the
-    process's, to enforce the stage's ``timeout_s`` by ending it (a Ray worker's; see :mod:`guard`;
-    None: not enforced). ``fn``: a 1:1
-    stage's user callable, already built (shared by the operators of one actor's threads).
+    process's, to enforce ``timeout_s`` (None: not enforced). ``fn``: a 1:1 stage's callable, already
+    built (shared by the operators of one actor's threads).
     """
     stage = plan.stages[index]
     # A plan with an expansion always runs under a coordinator (only a flat plan's source-level 1:1

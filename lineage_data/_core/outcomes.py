@@ -1,8 +1,4 @@
-"""Outcomes and the transition rules, as pure functions of values.
-
-Every row at every stage has one :class:`Outcome`. The rules here are the whole outcome algebra; the
-operators only apply them.
-"""
+"""Outcomes and the transition rules, as pure functions of values: the operators only apply them."""
 
 from __future__ import annotations
 
@@ -44,13 +40,7 @@ PRESENT = Status(Outcome.PRESENT)
 def entering(status: Status) -> Status | None:
     """The status a row keeps when it enters a stage, or None when the stage must run it.
 
-    A FAILED or SUPPRESSED input is SUPPRESSED at the output with its cause kept; DROPPED stays DROPPED;
-    neither calls the user function.
-
-    >>> entering(Status(Outcome.FAILED, "boom", "ocr"))
-    Status(outcome=<Outcome.SUPPRESSED: 'SUPPRESSED'>, cause='boom', stage='ocr')
-    >>> entering(PRESENT) is None
-    True
+    A FAILED or SUPPRESSED input comes out SUPPRESSED with its cause kept; DROPPED stays DROPPED.
     """
     match status.outcome:
         case Outcome.PRESENT:
@@ -64,11 +54,7 @@ def entering(status: Status) -> Status | None:
 
 
 def entering_outcomes(values: Sequence[str]) -> list[str]:
-    """:func:`entering` over a column of outcomes that are not PRESENT (causes and stages kept).
-
-    >>> entering_outcomes(["FAILED", "DROPPED", "SUPPRESSED"])
-    ['SUPPRESSED', 'DROPPED', 'SUPPRESSED']
-    """
+    """:func:`entering` over a column of outcomes that are not PRESENT (causes and stages kept)."""
     return [
         value if (kept := entering(Status(Outcome(value)))) is None else kept.outcome.value
         for value in values
@@ -78,13 +64,8 @@ def entering_outcomes(values: Sequence[str]) -> list[str]:
 def passed_as(final: Outcome, position: int, decided: int | None) -> Outcome:
     """The outcome a root had at the stage at ``position``, from its final outcome.
 
-    ``decided`` is the position of the stage that decided ``final`` (None: no stage did). Before that
-    stage, and at every stage for a PRESENT root, the root passed PRESENT; at it, a DROPPED root was
-    DROPPED and any other was FAILED; after it, the outcome a FAILED or DROPPED row keeps as it enters
-    a stage (:func:`entering`).
-
-    >>> [passed_as(Outcome.SUPPRESSED, i, 1).value for i in range(3)]
-    ['PRESENT', 'FAILED', 'SUPPRESSED']
+    ``decided``: the position of the stage that decided ``final`` (None: none did). Before it the root
+    was PRESENT; at it DROPPED or FAILED; after it, what :func:`entering` keeps.
     """
     if decided is None or position < decided or final is Outcome.PRESENT:
         return Outcome.PRESENT
@@ -97,13 +78,7 @@ def passed_as(final: Outcome, position: int, decided: int | None) -> Outcome:
 
 
 def from_value(value: object, stage: str) -> Status:
-    """The status of a row whose user function returned ``value`` (a row value or a failure value).
-
-    >>> from_value(RecordFailure("blank"), "ocr").outcome
-    <Outcome.FAILED: 'FAILED'>
-    >>> from_value(None, "ocr").outcome
-    <Outcome.PRESENT: 'PRESENT'>
-    """
+    """The status of a row whose user function returned ``value`` (a row value or a failure value)."""
     if isinstance(value, RecordFailure | GroupFailure):
         return Status(Outcome.FAILED, value.cause, stage)
     return PRESENT
@@ -115,15 +90,7 @@ def from_exception(exc: BaseException, stage: str) -> Status:
 
 
 def rejected(cause: str, stage: str) -> Status:
-    """The status of a row whose own data the stage cannot take: FAILED with ``cause``.
-
-    Bad input is a root's outcome, not the job's: a value Arrow cannot hold, a column type that
-    conflicts with its siblings or with the stage's established type, a file that cannot be read, a
-    reduce result that is not a dict.
-
-    >>> rejected("TypeConflict: column 'x' has int64 and string", "pages").outcome
-    <Outcome.FAILED: 'FAILED'>
-    """
+    """The status of a row whose own data the stage cannot take (bad input): FAILED with ``cause``."""
     return Status(Outcome.FAILED, cause, stage)
 
 
@@ -141,9 +108,8 @@ def barred(cause: str, stage: str) -> Status:
 class GroupVerdict:
     """How a parent is reduced from its children.
 
-    ``status`` is None when the reduce function must run over ``kept`` (ordinal positions into the
-    children); otherwise it is the parent's final status. ``missing`` lists ordinals left out under
-    ``on_child_failure="skip"``.
+    ``status``: the parent's final status, or None to run the reduce over ``kept`` (ordinals);
+    ``missing``: the ordinals left out under ``on_child_failure="skip"``.
     """
 
     status: Status | None
@@ -157,12 +123,6 @@ def reduce_group(header: Status, children: Sequence[Status], on_child_failure: s
     DROPPED children are left out. Under ``"fail"`` any FAILED or SUPPRESSED child makes the parent
     SUPPRESSED with the first such cause (FAILED before SUPPRESSED, then by ordinal); under ``"skip"``
     the rest is reduced and the failed ordinals are listed.
-
-    >>> ok, bad = PRESENT, Status(Outcome.FAILED, "blank", "ocr")
-    >>> reduce_group(PRESENT, [ok, bad], "fail").status.outcome
-    <Outcome.SUPPRESSED: 'SUPPRESSED'>
-    >>> reduce_group(PRESENT, [ok, bad], "skip")
-    GroupVerdict(status=None, kept=(0,), missing=(1,))
     """
     if not header.present:
         return GroupVerdict(header, (), ())

@@ -37,13 +37,7 @@ def collect_children(
 ) -> dict:
     """The default reduce: every child column becomes an ordered list column of the parent.
 
-    ``known`` names child columns the stage knows even when no child of this group has them (an empty
-    group): each becomes an empty list, never a missing column.
-
-    >>> collect_children({"doc": "a"}, [{"text": "p0"}, {"text": "p1"}])
-    {'doc': 'a', 'text': ['p0', 'p1']}
-    >>> collect_children({"doc": "b"}, [], known=["text"])
-    {'doc': 'b', 'text': []}
+    ``known``: child columns the stage knows, each an empty list in an empty group (never missing).
     """
     names: dict[str, None] = dict.fromkeys(k for k in known if k not in carry)
     for child in children:
@@ -57,11 +51,6 @@ class Group:
 
     header: dict | None = None
     children: dict[int, dict] = field(default_factory=dict)
-
-    @property
-    def complete(self) -> bool:
-        """True once the header and every child it announces are in."""
-        return self.header is not None and len(self.children) == self.header[C.SIZE]
 
 
 def _status(row: Mapping) -> Status:
@@ -82,10 +71,8 @@ class GroupBuffer:
     """Partial groups keyed by parent; :meth:`add` returns the groups a piece completes.
 
     A duplicate row (a retried task) is ignored when identical and a :class:`FencingError` otherwise.
-    A completed group is handed out and kept until :meth:`forget` (its parent reached the consumer) or
-    until ``keep_handed`` newer groups were handed out: a retried task that re-sends a piece of it gets
-    the whole group again, so a task that died after the hand-off loses nothing.
-    Pure Python: the in-process executor holds one; on Ray, hash-partitioned holder actors hold one each.
+    A handed-out group is kept until :meth:`forget` or ``keep_handed`` newer ones: a retried task
+    that re-sends a piece of it gets the whole group again.
     """
 
     def __init__(self, *, keep_handed: int = 20_000) -> None:
@@ -118,7 +105,7 @@ class GroupBuffer:
                         f"conflicting reports for child {row[C.ROOT]}{list(row[C.PATH])}"
                     )
                 group.children[ordinal] = row
-            header = group.header  # group.complete, inlined: this runs per row
+            header = group.header
             if header is not None and len(group.children) == header[C.SIZE]:
                 done[key] = None
         out = []
@@ -139,7 +126,11 @@ class GroupBuffer:
 
     def drain(self) -> list[dict]:
         """Remove and return the rows of every partial group."""
-        rows = [row for group in self._groups.values() for row in _rows(group)]
+        rows = []
+        for group in self._groups.values():
+            if group.header is not None:
+                rows.append(group.header)
+            rows.extend(group.children.values())
         self._groups.clear()
         return rows
 
@@ -147,11 +138,9 @@ class GroupBuffer:
 class ReduceOp:
     """Emits each parent the moment its group is complete; no groupby, no barrier.
 
-    A parent whose header and children all arrive in one batch is reduced right there. Rows of groups
-    the batch does not complete go to ``holders`` (an object with ``add(rows) -> completed groups``: a
-    :class:`GroupBuffer` in-process, hash-partitioned holder actors on Ray); the batch whose rows
-    complete a group reduces that parent. One coordinator call per batch releases the parents reduced
-    in it and counts their outcomes.
+    Rows of groups a batch does not complete go to ``holders`` (``add(rows) -> completed groups``: a
+    :class:`GroupBuffer`, or holder actors on Ray). One coordinator call per batch releases the
+    parents reduced in it.
     """
 
     def __init__(
@@ -192,8 +181,7 @@ class ReduceOp:
         else:
             passthrough = C.lineage_only(table.filter(pc.invert(member)))
             members, parts = table.filter(member), [passthrough] if passthrough.num_rows else []
-        # A big batch is grouped column-wise; a small one (its numpy calls would cost more than its
-        # rows), one with a duplicate or with an odd row goes through the row-wise buffer.
+        # A small batch (see COLUMNAR_ROWS) or an odd one goes through the row-wise buffer.
         local = _local_groups(members, level) if members.num_rows >= COLUMNAR_ROWS else None
         if local is None:
             buffer = GroupBuffer()
@@ -220,8 +208,7 @@ class ReduceOp:
             if keys:
                 self._guard.done_block()
         if out:
-            # A result whose values do not fit (a type that conflicts with the parents reduced before
-            # it, run-wide; a value Arrow cannot hold) fails its parent alone.
+            # a result whose values do not fit fails its parent alone
             reduced, failed = self._types.build_rows(out)
             reduced = C.with_statuses(
                 reduced, {i: outcomes.rejected(c, self._stage.name) for i, c in failed.items()}
@@ -237,21 +224,21 @@ class ReduceOp:
         header = group.header
         assert header is not None
         children = [group.children[i] for i in range(header[C.SIZE])]
+        kids = [self._user_part(c) for c in children]
         present = Outcome.PRESENT.value
-        kept: Sequence[int]
-        missing: Sequence[int]
         if header[C.OUTCOME] == present and all(c[C.OUTCOME] == present for c in children):
-            # reduce_group's verdict, without a Status per row
-            kept, missing = range(len(children)), ()
-        else:
-            verdict = outcomes.reduce_group(
-                _status(header), [_status(c) for c in children], self._stage.on_child_failure
-            )
-            if verdict.status is not None:
-                return _decided(key, verdict.status)
-            kept, missing = verdict.kept, verdict.missing
-        kids = [self._user_part(children[i]) for i in kept]
-        return self._reduced(key, header[C.PARENT], kids, missing)
+            return self._reduced(key, header[C.PARENT], kids, ())
+        statuses = [_status(c) for c in children]
+        return self._judged(key, _status(header), statuses, header[C.PARENT], kids)
+
+    def _judged(
+        self, key: GroupKey, header: Status, children: list[Status], payload: Any, kids: list[dict]
+    ) -> dict:
+        """The row of a parent whose header or a child is not PRESENT (:func:`outcomes.reduce_group`)."""
+        verdict = outcomes.reduce_group(header, children, self._stage.on_child_failure)
+        if verdict.status is not None:
+            return _decided(key, verdict.status)
+        return self._reduced(key, payload, [kids[i] for i in verdict.kept], verdict.missing)
 
     def _user_part(self, row: dict) -> dict:
         """``row`` without its lineage columns (the reserved names of each key set found once)."""
@@ -299,17 +286,10 @@ class ReduceOp:
             start, end = bounds[g], bounds[g + 1]
             if clean[g]:
                 out.append(self._reduced(key, parent[headers[g]], kids[start:end], ()))
-                continue
-            verdict = outcomes.reduce_group(
-                statuses[headers[g]],
-                [statuses[i] for i in children[start:end]],
-                self._stage.on_child_failure,
-            )
-            if verdict.status is not None:
-                out.append(_decided(key, verdict.status))
             else:
-                chosen = [kids[start + i] for i in verdict.kept]
-                out.append(self._reduced(key, parent[headers[g]], chosen, verdict.missing))
+                group = [statuses[i] for i in children[start:end]]
+                header = statuses[headers[g]]
+                out.append(self._judged(key, header, group, parent[headers[g]], kids[start:end]))
         return out
 
     def _reduced(
@@ -357,13 +337,9 @@ class ReduceOp:
     def _columns(self) -> list[str]:
         """The child columns the run knows, for empty groups: one coordinator call per batch at most."""
         if self._known is None:
-            self._known = []
-            if self._children_of is not None:
-                self._known = [
-                    c
-                    for c in self._coordinator.established(self._children_of)
-                    if not C.is_reserved(c)
-                ]
+            of = self._children_of
+            names = [] if of is None else self._coordinator.established(of)
+            self._known = [c for c in names if not C.is_reserved(c)]
         return self._known
 
 
@@ -416,8 +392,7 @@ class _LocalGroups:
 def _member_mask(table: pa.Table, level: int) -> np.ndarray | pa.ChunkedArray | None:
     """Which rows of ``table`` are members of level ``level``'s groups; None when all of them are.
 
-    Read with numpy; a table with a row without a path takes the Arrow way (such a row is neither a
-    member nor passed through).
+    A table with a row without a path takes the Arrow way (such a row is neither member nor passed).
     """
     found = C.shape(table)
     if found is None:
@@ -432,10 +407,8 @@ def _member_mask(table: pa.Table, level: int) -> np.ndarray | pa.ChunkedArray | 
 def _local_groups(members: pa.Table, level: int) -> _LocalGroups | None:
     """Group the member rows of one batch column-wise; None when the batch needs the row-wise buffer.
 
-    That is a batch with a duplicate row (a retried piece: :class:`GroupBuffer` tells an identical
-    replay from a conflict) or a row that does not fit its group (an ordinal past the header's size);
-    then :class:`GroupBuffer` decides, with its errors. Otherwise a group is complete when its header
-    and as many children as it announces are in, and it completes at its last row.
+    That is a batch with a duplicate row or an ordinal past its header's size: :class:`GroupBuffer`
+    then decides, with its errors.
     """
     m = members.num_rows
     if not m:
@@ -502,7 +475,3 @@ def _group_ids(
     index: dict[Any, int] = {}
     gid = np.fromiter((index.setdefault(k, len(index)) for k in keys), np.int64, len(root))
     return gid, list(index)
-
-
-def _rows(group: Group) -> list[dict]:
-    return ([group.header] if group.header is not None else []) + list(group.children.values())

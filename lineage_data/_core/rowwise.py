@@ -22,11 +22,9 @@ from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, failed_r
 class RowStageOp:
     """Applies one 1:1 stage to a batch of lineage rows.
 
-    Only PRESENT entities of the stage's level reach the user function; headers and rows of other levels
-    pass through; FAILED/SUPPRESSED inputs come out SUPPRESSED and DROPPED ones stay DROPPED. Two
-    coordinator calls per block: ``handoff`` before the function (barriers, generation) and ``commit``
-    after it (new barriers, fencing, counts); a ``map_batches`` block bigger than its ``batch_size`` is
-    cut into calls of that size in between.
+    Only PRESENT entities of the stage's level reach the user function; other rows pass through or
+    keep their status (:func:`outcomes.entering`). Below the source level, two coordinator calls per
+    block: ``handoff`` before the function (barriers, generation), ``commit`` after it (fencing, counts).
     """
 
     def __init__(
@@ -38,23 +36,18 @@ class RowStageOp:
         watchdog: Watchdog | None = None,
         fn: Callable[..., Any] | None = None,
     ) -> None:
-        """``fn``: the user's callable already built (operators of one actor's threads share it)."""
         self._stage = stage
         self._index = index
-        # Source rows have no siblings: no barrier can stop them and no partial group depends on them,
-        # so a source-level stage makes no coordinator call at all. A duplicate is caught at the
-        # terminal record; the stage's counts are derived from the terminal rows. Below the source
-        # level a stage always runs under a coordinator (a flat plan, served by a StageClient alone, has
-        # only source-level stages: Plan.flat), so there the client is an OperatorClient.
+        # Source rows have no siblings, so no barrier or partial group depends on them: a source-level
+        # stage makes no coordinator call (counts come from the terminal rows). Below it a stage always
+        # runs under an OperatorClient (a flat plan has only source-level stages: Plan.flat).
         self._fences = cast(OperatorClient, coordinator) if stage.level > 0 else None
         self._types = C.EstablishedTypes(coordinator, stage.name)
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
         self._isolate: Callable[[int], str] | None = None  # a block's unit keys, while isolated
         fn = fn if fn is not None else stage.call.bind()
-        # The operator honours batch_size on whatever block it gets: where Ray Data hands it whole
-        # blocks of several batches (the physical rule in _core.physical.batches), a block is one
-        # hand-off and one commit (a source block: one pass over its lineage columns); the function
-        # still gets ``batch_size`` rows at a time.
+        # batch_size is honoured on whatever block Ray Data hands over (_core.physical.batches): one
+        # hand-off and one commit per block, the function still gets ``batch_size`` rows at a time.
         self._batch_rows = stage.batch_size if isinstance(stage, MapBatches) else None
         if isinstance(stage, MapBatches):
             self._call: BatchCaller | RowCaller = BatchCaller(
@@ -99,11 +92,9 @@ class RowStageOp:
         return C.concat([p for p in parts if p.num_rows])
 
     def _masks(self, table: pa.Table) -> tuple[Any, Any, Any] | None:
-        """Masks of the rows passed through, stopped and run; None when every row runs.
+        """Masks of the rows passed through, stopped (not PRESENT) and run; None when every row runs.
 
-        Passed through: not an entity of the stage's level; stopped: an entity that is not PRESENT.
-        Read with numpy; a table with a row without a path or an outcome takes the Arrow way, where
-        such a row is in none of them.
+        A table with a row without a path or an outcome takes the Arrow way (such a row is in none).
         """
         level = self._stage.level
         if level == 0 and C.all_source_rows(table) and C.all_present(table[C.OUTCOME]):
@@ -143,11 +134,7 @@ class RowStageOp:
             self._guard.done_block()
 
     def _invoke(self, table: pa.Table, rows: Sequence[int] | range) -> BatchResult:
-        """The stage's function over ``table`` (the rows ``rows`` of the block).
-
-        In an isolated block (one whose worker died on it before) each row runs alone, journaled:
-        a row that killed its worker too often, or hung, fails without running again.
-        """
+        """The stage's function over ``table`` (rows ``rows`` of the block); row by row if isolated."""
         key_of = self._isolate
         if key_of is None:
             return self._call(table)
@@ -177,12 +164,7 @@ class RowStageOp:
     def _rest_together(
         self, table: pa.Table, rest: list[int], keys: list[str], results: list[Any]
     ) -> bool:
-        """The rows of an isolated block that never crashed, as one call (False: run them alone).
-
-        Once the suspects of a block are known, its other rows are run as one batch, journaled as
-        a block of their own: one call instead of one per row. A crash of that batch is pinned on
-        it, not on a row: past ``max_crash_retries`` of those, its rows run alone again.
-        """
+        """The rows of an isolated block that never crashed, as one call (False: run them alone)."""
         with self._guard.alone():
             if not self._guard.batch(len(rest), keys[rest[0]], keys[rest[-1]]):
                 return False
@@ -202,9 +184,8 @@ class RowStageOp:
     ) -> list[pa.Table]:
         """:meth:`_run` of a fenced stage: hand off, run the rows not barred, commit, keep the rest.
 
-        Rows the hand-off bars, rows the commit suppresses and rows that did not come back PRESENT
-        become tombstones; rows a newer dispatch owns (STALE) are dropped; the others keep their
-        values.
+        Barred, suppressed and not PRESENT rows become tombstones; STALE rows (a newer dispatch owns
+        them) are dropped.
         """
         name = self._stage.name
         n = live.num_rows
@@ -254,25 +235,45 @@ class RowStageOp:
         """The function over the rows ``run_idx`` of ``live``, conformed to the established types.
 
         Returns the result (None: nothing ran), the rows run and, for a block cut into calls of
-        ``batch_size``, the number of the call that ran each (see :meth:`_call_batches`).
+        ``batch_size``, the number of the call that ran each. A GroupFailure bars its parent's siblings
+        in the later calls of the block, as the coordinator's barrier would (they become barred tombs).
         """
-        batches: list[int] | None = None
-        if run_idx and self._batch_rows and len(run_idx) > self._batch_rows:
-            result, run_idx, batches = self._call_batches(live, run_idx, roots, paths, tombs)
-        elif run_idx:
-            user = live.select(C.user_columns(live.column_names))
+        if not run_idx:
+            return None, run_idx, None
+        user = live.select(C.user_columns(live.column_names))
+        step = self._batch_rows
+        if not step or len(run_idx) <= step:
             barred = len(run_idx) < live.num_rows
             result = self._invoke(user.take(run_idx) if barred else user, run_idx)
-        else:
-            result = None
-        return (None if result is None else self._conform(result)), run_idx, batches
+            return self._conform(result), run_idx, None
+        stopped: dict[tuple, str] = {}
+        results: list[BatchResult] = []
+        ran: list[int] = []
+        calls: list[int] = []
+        for start in range(0, len(run_idx), step):
+            chunk = []
+            for i in run_idx[start : start + step]:
+                cause = stopped.get((roots[i], paths[i][:-1])) if stopped else None
+                if cause is None:
+                    chunk.append(i)
+                else:
+                    tombs.append((i, outcomes.barred(cause, self._stage.name)))
+            if not chunk:
+                continue
+            result = self._invoke(user.take(chunk), chunk)
+            for j in np.flatnonzero(result.group).tolist() if any(result.group) else ():
+                if not result.statuses[j].present:
+                    key = (roots[chunk[j]], paths[chunk[j]][:-1])
+                    stopped.setdefault(key, result.statuses[j].cause or "")
+            calls.extend([len(results)] * len(chunk))
+            results.append(result)
+            ran.extend(chunk)
+        if not results:
+            return None, ran, calls
+        return self._conform(merge_all(results, self._stage.name)), ran, calls
 
     def _run_unfenced(self, live: pa.Table) -> list[pa.Table]:
-        """:meth:`_run` of a source-level stage: no coordinator, no barrier, one call of the function.
-
-        Its rows that do not come back PRESENT become tombstones; the usual batch comes back whole
-        and costs a few Arrow calls, no Python work per row.
-        """
+        """:meth:`_run` of a source-level stage: no coordinator, no barrier; no Python work per row."""
         user = live.select(C.user_columns(live.column_names))
         step = self._batch_rows or user.num_rows
         calls = [
@@ -299,10 +300,7 @@ class RowStageOp:
         roots: list[str] | None = None,
         paths: list[tuple[int, ...]] | None = None,
     ) -> pa.Table:
-        """The rows of ``live`` at the ``tombs`` indexes, ended with their statuses (lineage only).
-
-        ``roots`` and ``paths``: those of ``live`` as Python values, when the caller has them.
-        """
+        """The rows of ``live`` at the ``tombs`` indexes, ended with their statuses (lineage only)."""
         if roots is None or paths is None:
             roots = live[C.ROOT].to_pylist()
             paths = C.paths(live[C.PATH], self._stage.level)
@@ -310,49 +308,6 @@ class RowStageOp:
         return C.rows_to_table(
             [_tombstone(roots[i], paths[i], st, tags[i] if tags else None) for i, st in tombs]
         )
-
-    def _call_batches(
-        self,
-        live: pa.Table,
-        run_idx: list[int],
-        roots: list[str],
-        paths: list[tuple[int, ...]],
-        tombs: list[tuple[int, Status]],
-    ) -> tuple[BatchResult | None, list[int], list[int]]:
-        """Call the function on ``batch_size`` rows at a time.
-
-        Returns the result, the rows run and the number of the call that ran each.
-
-        A GroupFailure bars its parent's siblings in the later batches of the block, as the
-        coordinator's barrier would at their hand-off (they become barred tombs, not run).
-        """
-        assert self._batch_rows is not None
-        user = live.select(C.user_columns(live.column_names))
-        stopped: dict[tuple, str] = {}
-        results: list[BatchResult] = []
-        ran: list[int] = []
-        calls: list[int] = []
-        for start in range(0, len(run_idx), self._batch_rows):
-            chunk = []
-            for i in run_idx[start : start + self._batch_rows]:
-                cause = stopped.get((roots[i], paths[i][:-1])) if stopped else None
-                if cause is None:
-                    chunk.append(i)
-                else:
-                    tombs.append((i, outcomes.barred(cause, self._stage.name)))
-            if not chunk:
-                continue
-            result = self._invoke(user.take(chunk), chunk)
-            for j in np.flatnonzero(result.group).tolist() if any(result.group) else ():
-                if not result.statuses[j].present:
-                    key = (roots[chunk[j]], paths[chunk[j]][:-1])
-                    stopped.setdefault(key, result.statuses[j].cause or "")
-            calls.extend([len(results)] * len(chunk))
-            results.append(result)
-            ran.extend(chunk)
-        if not results:
-            return None, ran, calls
-        return merge_all(results, self._stage.name), ran, calls
 
     def _conform(self, result: BatchResult) -> BatchResult:
         """Values whose types conflict with the stage's established ones (other batches) fail."""
@@ -376,8 +331,7 @@ def _kept(
 ) -> list[int] | range:
     """Positions in ``run_idx`` whose values the commit keeps; the tombstones of others go to ``tombs``.
 
-    A STALE row is neither: a newer dispatch owns it. A suppressed row (a barrier came up while it
-    ran) and a row that did not come back PRESENT become tombstones.
+    A STALE row is neither: a newer dispatch owns it.
     """
     verdicts, suppressed = commit.verdicts, commit.suppressed
     if all_present and not suppressed and Verdict.STALE not in verdicts:
@@ -431,10 +385,7 @@ def _rows(table: pa.Table, mask: Any) -> pa.Table:
 
 
 def _entering(column: pa.ChunkedArray) -> tuple[pa.Array, Counter[str]]:
-    """:func:`outcomes.entering_outcomes` over an outcome column, and the outcomes it gives, counted.
-
-    The rule is applied to each distinct value once (a batch holds a few), not to every row.
-    """
+    """:func:`outcomes.entering_outcomes` over an outcome column (per distinct value), and its counts."""
     if column.null_count:  # not an outcome: the rule raises, as it does row by row
         values = outcomes.entering_outcomes(column.to_pylist())
         return pa.array(values, pa.string()), Counter(values)

@@ -10,11 +10,8 @@ from lineage_data._core import columns as C
 class TerminalOp:
     """Last operator of every lowered plan: strips the bookkeeping the consumer's ledger does not need.
 
-    For a closed plan (level 0) every row is a source root's terminal row. A plan that ends with open
-    levels keeps its group headers (without the parent payload): the driver's
-    :class:`~lineage_data._core.ledger.Ledger` counts a root complete from them, then drops them.
-    No coordinator call: the consumer accounts what it receives. ``keep_parents``: the headers keep
-    their parent rows too (a run materialized at an open level, to be continued with a reduce).
+    A plan ending at an open level keeps its group headers, from which the driver's ledger counts a
+    root complete; ``keep_parents`` keeps their parent rows too (to be continued with a reduce).
     """
 
     def __init__(self, level: int, *, keep_parents: bool = False) -> None:
