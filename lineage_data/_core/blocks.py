@@ -20,7 +20,7 @@ _FIXED = frozenset({int, float, bool, type(None)})  # 8 bytes each (by exact typ
 
 
 def row_bytes(row: Mapping) -> int:
-    """About how many bytes ``row`` takes in Arrow: strings and bytes by length, the rest 8 a value."""
+    """About how many bytes ``row`` takes in Arrow: strings and bytes by length, else 8 a value."""
     total = 0
     for value in row.values():
         kind = type(value)

@@ -1,8 +1,8 @@
 """Reserved lineage columns: their names, types and the helpers that read them.
 
-Every row of a lineage plan carries them; :data:`PUBLIC` ones are stable, the rest may change. A row is
-an *entity* (a document, a page...) whose level is ``len(path)``, or a *group header*: the row an
-expansion emits after one parent's children, with the parent's columns and the number of children.
+Every row of a lineage plan carries them; :data:`PUBLIC` ones are stable, the rest may change.
+A row is an *entity* (a document, a page...) whose level is ``len(path)``, or a *group header*: the
+row an expansion emits after one parent's children, with the parent's columns and their number.
 A header's ``path`` is its parent's; it closes the group of level ``len(path) + 1``.
 """
 
@@ -54,7 +54,7 @@ def is_reserved(name: str) -> bool:
 
 
 def check_user_row(value: object, what: str) -> Mapping:
-    """``value`` if it is a mapping without reserved columns, else a ContractError naming ``what``."""
+    """``value`` if it is a mapping without reserved columns, else a ContractError about ``what``."""
     if not isinstance(value, Mapping):
         raise ContractError(f"{what} must be a dict, got {type(value).__name__}")
     reserved = [k for k in value if is_reserved(str(k))]
@@ -217,7 +217,7 @@ def pick(table: pa.Table, mask: np.ndarray) -> pa.Table:
 
 
 def paths(column: pa.ChunkedArray | pa.Array, depth: int) -> list[tuple[int, ...]]:
-    """The :data:`PATH` values of ``column`` as tuples: one numpy matrix when all are ``depth`` long."""
+    """The :data:`PATH` values of ``column`` as tuples (via numpy when all are ``depth`` long)."""
     n = len(column)
     if isinstance(column, pa.ChunkedArray):
         column = one_chunk(column)

@@ -65,7 +65,7 @@ def run_local(
     shuffle: bool = True,
     rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
 ) -> LocalRun:
-    """Execute ``plan`` (a ``from_items`` source) in this process; check that every root is accounted."""
+    """Execute ``plan`` (a ``from_items`` source) here; every root must be accounted for."""
     if not isinstance(plan.source, ItemsSource):
         raise PlanError("run_local executes from_items sources only")
     roots = plan.source.roots

@@ -107,7 +107,7 @@ class Plan:
 
     @property
     def columns(self) -> frozenset[str] | None:
-        """The user columns at the end of the plan, when known before the run (only filters keep them)."""
+        """The user columns at the end of the plan, when known before the run (filters keep them)."""
         if all(isinstance(stage, Filter) for stage in self.stages):
             return self.source.columns
         return None
@@ -141,7 +141,7 @@ class Plan:
         return mask
 
     def select(self, roots: Sequence[str]) -> list[int]:
-        """The positions of the ``roots`` this plan runs: not excluded, the first ``limit``, in ``only``."""
+        """The positions of the ``roots`` it runs: not excluded, the first ``limit``, in ``only``."""
         if not self.exclude and self.only is None:  # the usual run: every root, in order
             return list(range(len(roots) if self.limit is None else min(self.limit, len(roots))))
         chosen = [i for i, r in enumerate(roots) if r not in self.exclude]
@@ -178,7 +178,7 @@ class Plan:
         return replace(self, stages=(*self.stages, stage))
 
     def unique_name(self, fn: Any, kind: Kind | str) -> str:
-        """A default stage name from the function's name (a lambda's: the kind), unique in this plan."""
+        """A default stage name from the function's (a lambda's: the kind), unique in this plan."""
         kind = kind.value if isinstance(kind, Kind) else kind
         while isinstance(fn, functools.partial):
             fn = fn.func

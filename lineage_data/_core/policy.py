@@ -33,7 +33,7 @@ class CallPolicy:
     def call(self, fn: Callable[..., Any], *args: Any, on: str) -> tuple[Any, Status | None]:
         """``fn(*args)`` once: ``(value, None)``, or ``(None, FAILED status)`` if it raised.
 
-        ``on`` names what it was called on ("a row", "a parent") in the error of ``on_error="raise"``.
+        ``on`` names what it was called on ("a row", "a parent") for ``on_error="raise"``.
         """
         try:
             return (self.invoke(fn, *args) if self.invoke else fn(*args)), None

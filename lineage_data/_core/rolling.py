@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class RollingPolicy:
-    """Cut a file at ``rows`` rows, ``nbytes`` bytes or ``interval_s`` after its first row (None: off)."""
+    """A file's bounds: ``rows``, ``nbytes`` or ``interval_s`` after its first row (None: no bound)."""
 
     rows: int | None = None
     nbytes: int | None = None

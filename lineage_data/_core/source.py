@@ -89,7 +89,7 @@ def ids_digest(ids: pa.StringArray) -> str:
 
 
 def content_ids(table: pa.Table) -> list[str]:
-    """Digests of :func:`canonical_row`, for sources without an id column (identical rows collide)."""
+    """Ids from :func:`canonical_row` digests, for sources without an id column (equal rows collide)."""
     by_name = dict(zip(table.column_names, table.columns, strict=True))  # as to_pylist: last wins
     names = sorted(by_name)
     values = []

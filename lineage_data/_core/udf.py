@@ -119,7 +119,7 @@ def failed_rows(n: int, status: Status) -> BatchResult:
 
 
 class BatchCaller:
-    """Calls one stage's batch function under the stage's :class:`~lineage_data._core.policy.CallPolicy`."""
+    """Calls one stage's batch function under its :class:`~lineage_data._core.policy.CallPolicy`."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The source's blocks: how ``from_items`` cuts its rows, and the rows per block known before the run.
+"""The source's blocks: how ``from_items`` cuts its rows, and their size known before the run.
 
 At most :data:`MAX_SOURCE_BLOCKS` (each a ``ray.put``), one row each for small inputs, so a few heavy
 parents (PDFs) still expand in parallel.

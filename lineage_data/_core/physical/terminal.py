@@ -1,4 +1,4 @@
-"""Rule: the step running the plan's last stage (or a reduce folded into it) reports the terminal rows.
+"""Rule: the step running the last stage (or a reduce folded into it) reports the terminal rows.
 
 In the last stage's own call, the terminal operator costs no Ray step of its own.
 """
