@@ -1,8 +1,6 @@
 """Cutting the consumer's stream into batches with Ray Data's meaning of its arguments.
 
-The driver accounts whole blocks as they arrive (copies dropped), then this cuts them into batches:
-``batch_size`` rows each (``None``: one batch per block), the last one shorter unless ``drop_last``;
-with ``local_shuffle_buffer_size`` rows are drawn at random from a buffer holding at least that many.
+The driver accounts whole blocks as they arrive (copies dropped), then this cuts them into batches.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ def rebatch(
         buffer.append(table)
         held += table.num_rows
         if held >= batch_size:
-            joined = _join(buffer) if len(buffer) > 1 else buffer[0]
+            joined = _join(buffer)
             start = 0
             while held - start >= batch_size:
                 yield joined.slice(start, batch_size)
@@ -48,7 +46,7 @@ def rebatch(
             rest = joined.slice(start)
             buffer, held = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
     if held and not drop_last:
-        yield _join(buffer) if len(buffer) > 1 else buffer[0]
+        yield _join(buffer)
 
 
 def _shuffled(
@@ -88,4 +86,4 @@ def _draw(pool: pa.Table, n: int, rng: random.Random) -> tuple[pa.Table, pa.Tabl
 
 def _join(tables: list[pa.Table]) -> pa.Table:
     """Concatenate batches whose columns may differ (missing ones become nulls)."""
-    return pa.concat_tables(tables, promote_options="permissive")
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")

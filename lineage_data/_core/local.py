@@ -1,7 +1,7 @@
 """An in-process executor: the same operators and state as a Ray run, with no Ray.
 
-It runs a plan stage by stage over random batches in a shuffled arrival order, so tests can check that
-batching and order never change the result. It is also handy to debug a plan on a laptop.
+It runs a plan stage by stage over random batches in a shuffled order, so tests can check that
+batching and order never change the result.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class LocalRun:
     plan: Plan
 
     def snapshot(self) -> dict:
-        """Per-stage counts (source-level ones derived), terminal rows and calls, as a Ray run reports."""
+        """Per-stage counts, terminal rows and calls, as a Ray run reports them."""
         terminal = self.ledger.terminal()
         names = [s.name for s in self.plan.stages]
         snap = self.state.snapshot()
@@ -65,11 +65,7 @@ def run_local(
     shuffle: bool = True,
     rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
 ) -> LocalRun:
-    """Execute ``plan`` (a ``from_items`` source) in this process.
-
-    Raises:
-        AccountingError: a source root did not reach exactly one terminal row.
-    """
+    """Execute ``plan`` (a ``from_items`` source) here; every root must be accounted for."""
     if not isinstance(plan.source, ItemsSource):
         raise PlanError("run_local executes from_items sources only")
     roots = plan.source.roots

@@ -1,25 +1,22 @@
 """How every stage calls user code: one error policy for expand, map, map_batches, filter and reduce.
 
-``on_error="isolate"`` (the default): a call that raises fails only what it was called on (a row, a
-parent, a group), with cause ``"Type: message"``; a batch call is first retried, then split in halves
-until the rows that raise fail alone. ``on_error="raise"``: the first error stops the run as a
-:class:`~lineage_data.UserCodeError` naming the stage, the original as ``__cause__``. A
-:class:`~lineage_data.ContractError` (the stage broke the contract, e.g. a wrong row count) always stops
-the run: it is a bug in the stage, not bad input. So does a
-:class:`~lineage_data.StageFailedError` (the stage's code says it cannot go on for any input).
+``on_error="isolate"``: a call that raises fails only what it was called on (a row, a parent, a
+group); a batch call is first retried, then split in halves until the rows that raise fail alone.
+``on_error="raise"``: the first error stops the run as a :class:`~lineage_data.UserCodeError`. A
+:class:`~lineage_data.ContractError` (a bug in the stage, not bad input) or a
+:class:`~lineage_data.StageFailedError` always stops the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from lineage_data._core import outcomes
 from lineage_data._core.errors import ContractError, StageFailedError, UserCodeError, describe
 from lineage_data._core.outcomes import Status
 
-OnError = Literal["isolate", "raise"]
 R = TypeVar("R")
 
 
@@ -36,7 +33,7 @@ class CallPolicy:
     def call(self, fn: Callable[..., Any], *args: Any, on: str) -> tuple[Any, Status | None]:
         """``fn(*args)`` once: ``(value, None)``, or ``(None, FAILED status)`` if it raised.
 
-        ``on`` says what it was called on, for the error of ``on_error="raise"`` ("a row", "a parent").
+        ``on`` names what it was called on ("a row", "a parent") for ``on_error="raise"``.
         """
         try:
             return (self.invoke(fn, *args) if self.invoke else fn(*args)), None
@@ -72,20 +69,13 @@ class CallPolicy:
     ) -> R:
         """``run(items)`` with retries, then by halves until what raises fails alone (``fail``)."""
         n = size(items)
-        error: Exception = RuntimeError("no attempt was made")
         for _ in range((self.retries if retries is None else retries) + 1):
-            try:
-                return self.invoke(run, items) if self.invoke else run(items)
-            except ContractError:
-                raise
-            except StageFailedError as exc:
-                raise self.stopped(exc) from exc
-            except Exception as exc:  # noqa: BLE001 - user code may raise anything
-                if self.on_error == "raise":
-                    self.failed(exc, f"a batch of {n} rows")
-                error = exc
+            result, status = self.call(run, items, on=f"a batch of {n} rows")
+            if status is None:
+                return result
+        assert status is not None  # every attempt failed
         if n <= 1:
-            return fail(items, self.failed(error, "a row"))
+            return fail(items, status)
         parts = [
             self.batch(run, half, size=size, halves=halves, merge=merge, fail=fail, retries=0)
             for half in halves(items)

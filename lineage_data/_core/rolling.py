@@ -1,22 +1,9 @@
 """When a streaming write cuts its next file: at a row count, a byte size or an age, whichever first.
 
 Ray Data bundles a write's blocks by row count only, and waits for the count: a job smaller or slower
-than one file's rows writes everything at its end. A streaming file sink (Flink's ``FileSink`` and its
-rolling policy: part size, rollover interval) also cuts a file a fixed time after its first row, so a
-slow job has durable output early and a small one still streams. No library we use does this for Ray
-Data, hence this small class: the driver feeds it the output blocks' sizes as they come (references
-only, never the rows) and starts one write task per cut.
-
-Example:
-    >>> roller = Roller(RollingPolicy(rows=3, interval_s=10.0))
-    >>> roller.add("a", rows=2, nbytes=20, now=0.0)
-    []
-    >>> [[(p.block, p.start, p.rows) for p in cut] for cut in roller.add("b", 2, 20, now=1.0)]
-    [[('a', 0, 2), ('b', 0, 1)]]
-    >>> roller.time_left(now=5.0)  # the open file holds b's last row since t=1
-    6.0
-    >>> [[(p.block, p.start, p.rows) for p in cut] for cut in roller.due(now=11.0)]
-    [[('b', 1, 1)]]
+than one file's rows writes everything at its end. Like a streaming file sink's rolling policy
+(Flink's ``FileSink``), this also cuts a file a fixed time after its first row. The driver feeds it
+the output blocks' sizes as they come (references only, never the rows), one write task per cut.
 """
 
 from __future__ import annotations
@@ -27,19 +14,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class RollingPolicy:
-    """Cut a file at ``rows`` rows, ``nbytes`` bytes or ``interval_s`` after its first row.
-
-    ``None`` turns a bound off; rows and bytes must be positive, the interval non-negative.
-    """
+    """A file's bounds: ``rows``, ``nbytes`` or ``interval_s`` after its first row (None: no bound)."""
 
     rows: int | None = None
     nbytes: int | None = None
     interval_s: float | None = None
 
     def __post_init__(self) -> None:
-        if (self.rows is not None and self.rows < 1) or (
-            self.nbytes is not None and self.nbytes < 1
-        ):
+        if any(bound is not None and bound < 1 for bound in (self.rows, self.nbytes)):
             raise ValueError("a rolling policy's rows and bytes must be positive")
         if self.interval_s is not None and self.interval_s < 0:
             raise ValueError("a rolling policy's interval must not be negative")
@@ -55,10 +37,10 @@ class Piece:
 
 
 class Roller:
-    """Cuts a stream of blocks into files by a :class:`RollingPolicy` (see the module's docstring).
+    """Cuts a stream of blocks into files by a :class:`RollingPolicy`.
 
     A block that overflows the row bound is split: every file but a time- or byte-cut one holds
-    exactly ``rows`` rows. Bytes are counted per block (a block's bytes spread over its rows).
+    exactly ``rows`` rows. A block's bytes are spread evenly over its rows.
     """
 
     def __init__(self, policy: RollingPolicy) -> None:

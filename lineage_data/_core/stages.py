@@ -1,19 +1,7 @@
 """The stage types: one per verb, each with its own typed options, checked when it is built.
 
-What every stage shares lives in two small objects: :class:`UserFn` (the user's callable and the
-arguments Ray Data passes to it) and :class:`Compute` (where it runs: Ray's compute strategy and
-resources). Adding an option to one verb touches that verb's class; adding a kind adds a class and a
-case wherever a ``match`` over :data:`AnyStage` must handle it.
-
-Example:
-    >>> stage = MapBatches(name="ocr", level=1, call=UserFn(len), batch_size=32)
-    >>> stage.level_out, stage.describe()
-    (1, 'level 1 -> 1, batch_size=32, on_error=isolate')
-    >>> MapBatches(name="ocr", level=1, call=UserFn(len), batch_format="arrow")
-    Traceback (most recent call last):
-    ...
-    lineage_data._core.errors.PlanError: stage 'ocr': batch_format must be one of ('default', \
-'numpy', 'pandas', 'pyarrow', None), got 'arrow'
+Every stage has a :class:`UserFn` (the user's callable and its arguments) and a :class:`Compute`
+(where it runs). A new kind is a class here and a case in every ``match`` over :data:`AnyStage`.
 """
 
 from __future__ import annotations
@@ -40,8 +28,7 @@ class Kind(enum.StrEnum):
 
 OnError = Literal["isolate", "raise"]
 OnChildFailure = Literal["fail", "skip"]
-# Ray Data's batch formats: "default" (a dict of numpy arrays, Ray's default), "numpy", "pandas",
-# "pyarrow", and None (the block as it is: an Arrow table here).
+# Ray Data's batch formats; None: the block as it is (an Arrow table here).
 BatchFormat = Literal["default", "numpy", "pandas", "pyarrow"] | None
 
 ON_ERROR: tuple[str, ...] = get_args(OnError)
@@ -51,13 +38,7 @@ DEFAULT_BATCH_FORMAT: BatchFormat = "default"
 
 
 class RayOptions(TypedDict, total=False):
-    """Ray Data 2.60's arguments that every stage verb takes, with Ray's meaning and defaults.
-
-    How the user function is called (``fn_args``, ``fn_kwargs``, ``fn_constructor_args``,
-    ``fn_constructor_kwargs``) and where it runs (``compute``, its older spelling ``concurrency``,
-    ``num_cpus``, ``num_gpus``, ``memory``, and Ray's other remote arguments such as ``resources``,
-    ``accelerator_type``, ``runtime_env``, ``label_selector``, ``max_calls``, passed on as given).
-    """
+    """Ray Data 2.60's arguments that every stage verb takes, with Ray's meaning and defaults."""
 
     compute: Any
     concurrency: int | tuple[int, ...] | None
@@ -106,12 +87,7 @@ def _one_of(where: str, option: str, value: Any, allowed: tuple[Any, ...]) -> No
 
 @dataclass(frozen=True, slots=True)
 class UserFn:
-    """The user's callable and the arguments it gets, as in Ray Data.
-
-    ``args``/``kwargs`` follow the arguments the stage passes (a batch, a row, or a parent and its
-    children); a callable class is built once per worker with ``constructor_args``/
-    ``constructor_kwargs``.
-    """
+    """The user's callable and the arguments it gets after the stage's own, as in Ray Data."""
 
     fn: Any
     args: tuple[Any, ...] = ()
@@ -147,11 +123,7 @@ def _call_with(fn: Callable[..., Any], args: tuple, kwargs: dict, *first: Any) -
 
 @dataclass(frozen=True, slots=True)
 class Compute:
-    """Where a stage runs: Ray Data's ``compute`` strategy (or its ``concurrency`` spelling) and resources.
-
-    ``strategy`` is a ``ray.data.ActorPoolStrategy`` / ``TaskPoolStrategy`` or None (Ray's default for
-    the callable); ``ray_remote_args`` are Ray's other remote arguments, passed on as given.
-    """
+    """Where a stage runs: Ray Data's ``compute`` strategy (or ``concurrency``) and resources."""
 
     strategy: Any = None
     concurrency: int | tuple[int, ...] | None = None
@@ -162,15 +134,8 @@ class Compute:
 
     def resources(self) -> dict[str, Any]:
         """Ray's remote arguments for the stage's workers (the named resources when given)."""
-        args = dict(self.ray_remote_args)
-        for key, value in (
-            ("num_cpus", self.num_cpus),
-            ("num_gpus", self.num_gpus),
-            ("memory", self.memory),
-        ):
-            if value is not None:
-                args[key] = value
-        return args
+        named = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "memory": self.memory}
+        return dict(self.ray_remote_args) | {k: v for k, v in named.items() if v is not None}
 
     def describe(self) -> list[str]:
         """The options that were given, as ``key=value`` text."""
@@ -256,7 +221,7 @@ class Stage:
         return f"stage {self.name!r}"
 
     def check(self) -> None:
-        """Raise :class:`PlanError` for options that cannot work (run when the stage is built)."""
+        """Raise :class:`PlanError` for options that cannot work."""
         _one_of(self.where, "on_error", self.on_error, ON_ERROR)
         _check_faults(self)
         if self.call.fn is None:
@@ -291,6 +256,10 @@ def _check_batch_size(stage: Expand | MapBatches) -> None:
         raise PlanError(f"{stage.where}: batch_size must be >= 1, got {stage.batch_size}")
 
 
+def _batch_size(stage: Expand | MapBatches) -> list[str]:
+    return [f"batch_size={stage.batch_size}"] if stage.batch_size is not None else []
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Expand(Stage):
     """``expand_lineage``: each PRESENT row becomes its ordered children (one level down).
@@ -309,9 +278,8 @@ class Expand(Stage):
         _check_batch_size(self)
 
     def _options(self) -> list[str]:
-        options = [f"batch_size={self.batch_size}"] if self.batch_size is not None else []
-        options += self.compute.describe()
-        return options + ([f"carry={list(self.carry)}"] if self.carry else [])
+        carry = [f"carry={list(self.carry)}"] if self.carry else []
+        return [*_batch_size(self), *self.compute.describe(), *carry]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,8 +300,7 @@ class MapBatches(Stage):
             raise PlanError(f"{self.where}: max_retries must be >= 0")
 
     def _options(self) -> list[str]:
-        options = [f"batch_size={self.batch_size}"] if self.batch_size is not None else []
-        return [*options, *self.compute.describe(), f"on_error={self.on_error}"]
+        return [*_batch_size(self), *self.compute.describe(), f"on_error={self.on_error}"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -377,6 +344,3 @@ class Reduce(Stage):
 
 
 AnyStage = Expand | MapBatches | MapRows | Filter | Reduce
-"""Every stage type: a ``match`` over it handles each kind (``assert_never`` checks the rest)."""
-
-ROW_STAGES = (MapBatches, MapRows, Filter)  # 1:1 stages: one output row per input row

@@ -21,11 +21,7 @@ from lineage_data._core.policy import CallPolicy
 
 @dataclass(frozen=True, slots=True)
 class BatchResult:
-    """Output of a user function over ``n`` rows: the table of values and, per row, its status.
-
-    ``group[i]`` is True where row ``i`` returned a :class:`GroupFailure`. Rows that are not PRESENT have
-    null values in ``table``.
-    """
+    """A user function's output: values (null where not PRESENT), statuses, GroupFailure flags."""
 
     table: pa.Table
     statuses: list[Status]
@@ -33,11 +29,7 @@ class BatchResult:
 
 
 def to_format(table: pa.Table, batch_format: str | None) -> Any:
-    """Convert an Arrow batch to a Ray Data batch format (the one converter of the library).
-
-    ``"default"`` and ``"numpy"``: a dict of numpy arrays (Ray's default); ``"pandas"``: a DataFrame;
-    ``"pyarrow"`` and ``None`` (the block as it is): the Arrow table.
-    """
+    """Convert an Arrow batch to a Ray Data batch format (the one converter of the library)."""
     if batch_format in ("pyarrow", None):
         return table
     if batch_format in ("default", "numpy"):
@@ -82,7 +74,7 @@ def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
         rows = lengths.pop() if lengths else expected_rows
         table = None
     names = table.column_names if table is not None else list(columns or {})
-    reserved = [name for name in names if name.startswith("_lineage_")]
+    reserved = [name for name in names if C.is_reserved(name)]
     if reserved:
         raise ContractError(f"stage {stage!r}: output uses reserved column(s) {reserved}")
     if rows != expected_rows:
@@ -103,9 +95,9 @@ def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
 
 
 def _table(columns: dict[str, list], rows: int, statuses: list[Status], stage: str) -> pa.Table:
-    """Output values as Arrow; a row whose value cannot be stored is FAILED alone (``statuses``).
+    """Output values as Arrow; a row whose value cannot be stored is FAILED alone (in ``statuses``).
 
-    Rows that are not PRESENT keep no values (so a failed row's other values decide no column type).
+    Rows that are not PRESENT keep no values, so they decide no column type.
     """
     dead = [i for i, status in enumerate(statuses) if not status.present]
     if dead:
@@ -127,11 +119,7 @@ def failed_rows(n: int, status: Status) -> BatchResult:
 
 
 class BatchCaller:
-    """Calls one stage's batch function under the stage's :class:`~lineage_data._core.policy.CallPolicy`.
-
-    ``on_error="isolate"``: a batch that raises is retried ``max_retries`` times, then split in halves
-    until the rows that raise fail alone. ``on_error="raise"``: the error stops the run.
-    """
+    """Calls one stage's batch function under its :class:`~lineage_data._core.policy.CallPolicy`."""
 
     def __init__(
         self,
@@ -191,9 +179,8 @@ def merge(left: BatchResult, right: BatchResult, stage: str) -> BatchResult:
 def merge_all(results: Sequence[BatchResult], stage: str) -> BatchResult:
     """:func:`merge` of many results, in row order: one concatenation where their columns allow.
 
-    Merging them one by one copied everything merged so far at each step, quadratic in the number
-    of calls (a 20,000-row block in batches of one row: 14.5 s in-process). Where a result has no
-    values or the types do not unify, they merge in pairs as a balanced tree (log2 copies of a row).
+    Else they merge in pairs as a balanced tree: one by one was quadratic (a 20,000-row block in
+    batches of one row took 14.5 s).
     """
     if len(results) == 1:
         return results[0]
@@ -214,10 +201,7 @@ def merge_all(results: Sequence[BatchResult], stage: str) -> BatchResult:
 
 
 class RowCaller:
-    """Calls a row function (``map`` or ``filter``) over a batch, one row at a time.
-
-    A row that raises fails alone under ``on_error="isolate"``.
-    """
+    """Calls a row function (``map`` or ``filter``) over a batch, one row at a time."""
 
     def __init__(
         self,
@@ -235,34 +219,23 @@ class RowCaller:
 
     def __call__(self, table: pa.Table) -> BatchResult:
         """Run the function on every row of ``table`` (user columns only)."""
-        rows = table.to_pylist()
-        values: list[dict | None] = []
-        statuses: list[Status] = []
-        group: list[bool] = []
-        for row in rows:
-            value, status, is_group = self._one(row)
-            values.append(value)
-            statuses.append(status)
-            group.append(is_group)
-        names: dict[str, None] = {}
-        for value in values:
-            if value:
-                names.update(dict.fromkeys(value))
-        columns = {name: [v.get(name) if v else None for v in values] for name in names}
-        return BatchResult(_table(columns, len(rows), statuses, self._stage), statuses, group)
+        called = [self._one(row) for row in table.to_pylist()]
+        statuses = [status for _, status, _ in called]
+        names = dict.fromkeys(name for value, _, _ in called if value for name in value)
+        columns = {name: [v.get(name) if v else None for v, _, _ in called] for name in names}
+        table = _table(columns, len(called), statuses, self._stage)
+        return BatchResult(table, statuses, [group for _, _, group in called])
 
     def _one(self, row: dict) -> tuple[dict | None, Status, bool]:
-        value, failure = self._policy.call(_awaiting(self._fn), row, on="a row")
+        value, failure = self._policy.call(lambda r: awaited(self._fn(r)), row, on="a row")
         if failure is not None:
             return None, failure, False
         if is_failure(value):
             return None, outcomes.from_value(value, self._stage), isinstance(value, GroupFailure)
         if self._predicate:
-            return (
-                (row, outcomes.PRESENT, False)
-                if value
-                else (None, outcomes.dropped(self._stage), False)
-            )
+            if value:
+                return row, outcomes.PRESENT, False
+            return None, outcomes.dropped(self._stage), False
         if not isinstance(value, Mapping):
             cause = f"stage {self._stage!r}: map fn must return a dict per row, got {type(value).__name__}"
             return None, outcomes.rejected(describe(ContractError(cause)), self._stage), False
@@ -294,8 +267,3 @@ def awaited(value: Any) -> Any:
 
 async def _as_coroutine(value: Any) -> Any:
     return await value
-
-
-def _awaiting(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` whose awaitable results are awaited (see :func:`awaited`)."""
-    return lambda *args: awaited(fn(*args))

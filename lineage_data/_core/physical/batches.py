@@ -1,13 +1,7 @@
 """Rule: who cuts a step's input into the stage's ``batch_size`` batches, Ray Data or the operator.
 
-Decides :attr:`Step.batches` from the stage's ``batch_size``, its runner and resources, the stages
-before it and the rows of the source's blocks. Ray Data cuts each block into ``batch_size`` batches
-(and bundles smaller blocks into one), and every batch then pays per column, the lineage columns
-included: Ray slices them, our operator checks them, Ray joins the outputs again. Taken whole, a
-block pays that once and only the user's columns are cut: the operator still calls the function on
-``batch_size`` rows at a time (:class:`~lineage_data._core.rowwise.RowStageOp` cuts any block
-bigger than a batch). A stage without ``batch_size`` (``map``, ``filter``, a reduce, whose blocks
-each reduce the parents they complete while partial groups wait in the holders) takes whole blocks.
+Each batch Ray Data cuts pays per column, the lineage columns included; a block taken whole pays that
+once, and the operator still calls the function on ``batch_size`` rows at a time.
 """
 
 from __future__ import annotations
@@ -24,10 +18,8 @@ from lineage_data._core.stages import Expand, MapBatches
 def who_cuts(plan: Plan, index: int, source_block_rows: int) -> Batches:
     """Who cuts the batches of stage ``index``.
 
-    The operator, in whole blocks, where that gives the same batches (:func:`cuts_source_blocks`),
-    and for a CPU function on children, whose blocks hold several of its batches (one hand-off and
-    commit per block, see :func:`~lineage_data._core.physical.block_rows.batches_per_block`).
-    Ray Data for any other stage with a ``batch_size``.
+    The operator where it gives the same batches, or where a CPU function's blocks of children hold
+    several (:func:`batches_per_block`); else Ray Data.
     """
     stage = plan.stages[index]
     if not isinstance(stage, Expand | MapBatches) or stage.batch_size is None:
@@ -42,10 +34,7 @@ def who_cuts(plan: Plan, index: int, source_block_rows: int) -> Batches:
 def cuts_source_blocks(plan: Plan, index: int, source_block_rows: int) -> bool:
     """True when the level-0 ``map_batches`` at ``index`` takes whole source blocks and cuts them.
 
-    Only where that gives the same batches as Ray Data's: a CPU function whose blocks are the
-    source's (every stage before it at level 0, none on an actor pool) and are known to hold at
-    least a batch each (``source_block_rows``; 0: unknown), since Ray Data would bundle smaller
-    blocks into one batch.
+    Only where Ray Data would not bundle them: the source's blocks, each at least a batch.
     """
     stage = plan.stages[index]
     if not (isinstance(stage, MapBatches) and stage.batch_size and cpu_function(stage)):
@@ -56,7 +45,7 @@ def cuts_source_blocks(plan: Plan, index: int, source_block_rows: int) -> bool:
 
 
 class CutBatches:
-    """Every step: :func:`who_cuts` its batches, and their size."""
+    """Sets every step's batches (:func:`who_cuts`) and their size."""
 
     def apply(self, physical: PhysicalPlan) -> PhysicalPlan:
         """Set each step's batching."""
@@ -67,4 +56,4 @@ class CutBatches:
             stage = plan.stages[step.index]
             size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
             steps.append(replace(step, batches=batches, batch_size=size))
-        return physical.with_steps(tuple(steps))
+        return replace(physical, steps=tuple(steps))

@@ -1,12 +1,7 @@
 """Rule: a reduce right after a 1:1 stage on a CPU actor pool runs in that stage's actors.
 
-Decides :attr:`Step.then` (the reduces folded into a step) from the stages' kinds, callables,
-compute and resources. Ray Data fuses a task step into the task step before it, never into an actor
-pool's: a reduce after a model on a CPU actor pool would be a step of its own, one more task per
-block with its launch, its input's trip through the object store, and its latency at the end of
-the run. On CPU-bound OCR the plan ran at the floor without its two reduces and 4 % over it with
-them as tasks; run in the recognizer's actors, they were 3 % faster than as tasks (bench/README,
-"Reduces in the model's actor").
+Ray Data never fuses a task into an actor pool's step: the reduce would be one more task per block
+(3 % slower on CPU-bound OCR, bench/README "Reduces in the model's actor").
 """
 
 from __future__ import annotations
@@ -19,13 +14,9 @@ from lineage_data._core.stages import AnyStage, Filter, MapBatches, MapRows, Red
 
 
 def folds_into(host: AnyStage, stage: AnyStage) -> bool:
-    """True when ``stage``, a reduce, runs in the actors of ``host``, the stage right before it.
+    """True when ``stage``, a reduce with no compute of its own, runs in the actors of ``host``.
 
-    A reduce the user gave no compute of its own (a function or none: no strategy, no resources)
-    runs in the actor of a 1:1 stage on CPUs, right after the actor's call. Not after an actor on
-    GPUs or custom resources: the accelerator would wait while the reduce runs. The reduce keeps its
-    own journal, policy and timeout; a timeout or a crash in it ends the actor, which Ray restarts
-    (its model is built again).
+    Not after an actor on an accelerator: it would wait while the reduce runs.
     """
     if not isinstance(stage, Reduce) or not isinstance(host, MapBatches | MapRows | Filter):
         return False
@@ -48,4 +39,4 @@ class FoldReduces:
                 steps[-1] = replace(host, then=(*host.then, step))
             else:
                 steps.append(step)
-        return physical.with_steps(tuple(steps))
+        return replace(physical, steps=tuple(steps))

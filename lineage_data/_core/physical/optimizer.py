@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from lineage_data._core.physical.batches import CutBatches
 from lineage_data._core.physical.block_rows import SizeBlocks
@@ -35,25 +35,12 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def physical_plan(
-    plan: Plan,
-    *,
-    source_block_rows: int = 0,
-    rows_per_block: int | None = None,
-    keep_parents: bool = False,
-) -> PhysicalPlan:
+def physical_plan(plan: Plan, **facts: Any) -> PhysicalPlan:
     """The physical plan of ``plan``: every rule of :data:`RULES` applied once, in order.
 
-    ``source_block_rows``: rows in the smallest source block (0: unknown before the run);
-    ``rows_per_block``: a fixed block size for every expansion; ``keep_parents``: the terminal step
-    keeps the group headers' parent rows.
+    ``facts`` are what is known before the run (see :class:`PhysicalPlan`).
     """
-    physical = PhysicalPlan.of(
-        plan,
-        source_block_rows=source_block_rows,
-        rows_per_block=rows_per_block,
-        keep_parents=keep_parents,
-    )
+    physical = PhysicalPlan.of(plan, **facts)
     for rule in RULES:
         physical = rule.apply(physical)
     return physical

@@ -1,10 +1,6 @@
 """Rule: what runs each stage (Ray tasks or an actor pool), and how many batches an actor takes at once.
 
-Decides :attr:`Step.runner` and :attr:`Step.threads` from the stage's callable and its ``compute``.
-Ray Data's own rule (``get_compute_strategy``), restated without Ray: a callable class runs on an
-actor pool, a function (or a reduce without one) as tasks, whatever ``compute``/``concurrency`` say
-(:meth:`Compute.check <lineage_data._core.stages.Compute.check>` refuses the combinations Ray
-refuses). The lowering asks Ray for the strategy object itself and checks that they agree.
+Ray Data's own rule (``get_compute_strategy``) restated without Ray; the lowering checks they agree.
 """
 
 from __future__ import annotations
@@ -36,11 +32,7 @@ def cpu_function(stage: AnyStage) -> bool:
 def batches_in_flight(stage: AnyStage) -> int:
     """How many batches one actor of ``stage`` runs at once, by Ray Data's own rule.
 
-    ``ActorPoolStrategy(max_concurrent_calls_per_actor=k)`` runs k calls of an actor at once when its
-    ``__call__`` is a coroutine function, or when ``enable_true_multi_threading=True``; otherwise
-    one at a time (and so does the pool Ray builds without a strategy). Only a 1:1 stage
-    (``map_batches``, ``map``, ``filter``) runs several at once here: an expansion or a reduce holds
-    per-actor order, so it always runs one. Tasks run one each.
+    Only a 1:1 stage runs several: an expansion or a reduce keeps per-actor order.
     """
     strategy = stage.compute.strategy
     k = getattr(strategy, "max_concurrent_calls_per_actor", None) or 1
@@ -56,18 +48,12 @@ def batches_in_flight(stage: AnyStage) -> int:
 
 
 class ChooseRunner:
-    """Every step: :func:`runner` and :func:`batches_in_flight` of its stage."""
+    """Sets every step's :func:`runner` and :func:`batches_in_flight`."""
 
     def apply(self, physical: PhysicalPlan) -> PhysicalPlan:
         """Set each step's runner and threads."""
-        stages = physical.plan.stages
-        return physical.with_steps(
-            tuple(
-                replace(
-                    step,
-                    runner=runner(stages[step.index]),
-                    threads=batches_in_flight(stages[step.index]),
-                )
-                for step in physical.steps
-            )
-        )
+        steps = []
+        for step in physical.steps:
+            stage = physical.plan.stages[step.index]
+            steps.append(replace(step, runner=runner(stage), threads=batches_in_flight(stage)))
+        return replace(physical, steps=tuple(steps))

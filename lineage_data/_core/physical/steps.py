@@ -1,14 +1,13 @@
-"""The physical plan: which Ray Data steps run the stages, and how each one takes its rows.
+"""The physical plan: a :class:`Step` per Ray Data map step, with the facts the lowering needs.
 
-The lineage :class:`~lineage_data._core.plan.Plan` says *what* runs (verbs, levels, options); the
-physical plan says *how*: a :class:`Step` per Ray Data map step, in order, each with the facts the
-lowering needs and nothing to decide. The rules of :mod:`lineage_data._core.physical` fill it in.
+The lineage :class:`~lineage_data._core.plan.Plan` says *what* runs; this says *how*. The rules of
+:mod:`lineage_data._core.physical` fill it in, leaving the lowering nothing to decide.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from lineage_data._core.blocks import DEFAULT_ROWS_PER_BLOCK
 from lineage_data._core.plan import Plan
@@ -26,31 +25,23 @@ class Batches(enum.StrEnum):
     """Who cuts a step's input into the stage's ``batch_size`` batches."""
 
     WHOLE = "whole blocks"  # no batch_size: the operator takes each block as it comes
-    RAY = "Ray Data cuts"  # Ray Data is given batch_size and cuts
-    OPERATOR = "whole blocks, the operator cuts"  # Ray Data hands whole blocks; the operator cuts
+    RAY = "Ray Data cuts"
+    OPERATOR = "whole blocks, the operator cuts"
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One stage as the lowering runs it.
-
-    ``index``: the stage in :attr:`Plan.stages`. ``threads``: batches one actor runs at once.
-    ``batches``: who cuts the stage's ``batch_size`` batches (``batch_size``; None: whole blocks).
-    ``rows_per_block``: rows per block of the children an expansion emits. ``then``: the reduces
-    that run in this step's actors, right after it (each a step of its own kind, never lowered
-    alone). ``terminal``: this step also reports the plan's terminal rows. ``one_piece``: its
-    output blocks leave with each column in one chunk.
-    """
+    """One stage as the lowering runs it; ``index`` is its place in :attr:`Plan.stages`."""
 
     index: int
     runner: Runner = Runner.TASKS
-    threads: int = 1
-    rows_per_block: int = DEFAULT_ROWS_PER_BLOCK
+    threads: int = 1  # batches one actor runs at once
+    rows_per_block: int = DEFAULT_ROWS_PER_BLOCK  # of the children an expansion emits
     batches: Batches = Batches.WHOLE
     batch_size: int | None = None
-    then: tuple[Step, ...] = ()
-    terminal: bool = False
-    one_piece: bool = False
+    then: tuple[Step, ...] = ()  # reduces run in this step's actors right after it, never alone
+    terminal: bool = False  # this step also reports the plan's terminal rows
+    one_piece: bool = False  # its output blocks leave with each column in one chunk
 
     def describe(self, plan: Plan) -> str:
         """The step as one line of text (for ``explain()``)."""
@@ -75,20 +66,13 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class PhysicalPlan:
-    """The Ray Data steps of a plan, and the facts known before the run that the rules read.
-
-    ``steps``: one per Ray Data map step, in order (the stages from :attr:`Plan.done` on); none when
-    every stage ran before, and then the terminal rows are a step of their own.
-    ``source_block_rows``: rows in the smallest source block, 0 when not known before the run.
-    ``rows_per_block``: a fixed size for every expansion's blocks (None: each rule's own).
-    ``keep_parents``: the terminal step keeps the group headers' parent rows (a kept open level).
-    """
+    """The Ray Data steps of a plan, and the facts known before the run that the rules read."""
 
     plan: Plan
-    steps: tuple[Step, ...] = ()
-    source_block_rows: int = 0
-    rows_per_block: int | None = None
-    keep_parents: bool = False
+    steps: tuple[Step, ...] = ()  # the stages from Plan.done on (none: the terminal rows alone)
+    source_block_rows: int = 0  # rows in the smallest source block (0: unknown)
+    rows_per_block: int | None = None  # a fixed size for every expansion's blocks
+    keep_parents: bool = False  # the terminal step keeps the headers' parent rows
 
     @classmethod
     def of(
@@ -102,10 +86,6 @@ class PhysicalPlan:
         """One step per stage still to run, each with the defaults (no rule applied yet)."""
         steps = tuple(Step(i) for i in range(plan.done, len(plan.stages)))
         return cls(plan, steps, source_block_rows, rows_per_block, keep_parents)
-
-    def with_steps(self, steps: tuple[Step, ...]) -> PhysicalPlan:
-        """This plan with other steps."""
-        return replace(self, steps=steps)
 
     def explain(self) -> str:
         """The steps as text, one line each."""

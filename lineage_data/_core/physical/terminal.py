@@ -1,9 +1,6 @@
-"""Rule: the plan's terminal rows are reported by the step that runs its last stage.
+"""Rule: the step running the last stage (or a reduce folded into it) reports the terminal rows.
 
-Decides :attr:`Step.terminal`. The terminal operator (:class:`~lineage_data._core.terminal.TerminalOp`)
-runs on every block that leaves the plan; folded into the last stage's own call it costs one Ray
-step fewer per block. That is the last step itself, or the last reduce folded into it. A plan whose
-stages all ran before (a kept run) has no step: its terminal rows are a step of their own.
+In the last stage's own call, the terminal operator costs no Ray step of its own.
 """
 
 from __future__ import annotations
@@ -20,9 +17,9 @@ def _ending(step: Step, last: int) -> Step:
 
 
 class EndInLastStep:
-    """The step (or folded reduce) that runs the plan's last stage reports the terminal rows."""
+    """Sets :attr:`Step.terminal` on the step (or folded reduce) that runs the last stage."""
 
     def apply(self, physical: PhysicalPlan) -> PhysicalPlan:
         """Mark the step that runs the last stage as terminal."""
         last = len(physical.plan.stages) - 1
-        return physical.with_steps(tuple(_ending(step, last) for step in physical.steps))
+        return replace(physical, steps=tuple(_ending(step, last) for step in physical.steps))
