@@ -57,7 +57,6 @@ class _Pass:
     ) -> None:
         run_id = new_run_id()
         self.helpers: list[Helper] = []
-        self.creators: list[Callable[[], Any]] = []
         self.client: CoordinatorClient | TypeStore
         if plan.flat and (ledger or not isinstance(plan.source, RaySource)):
             self.client = TypeStore(run_id)
@@ -65,7 +64,6 @@ class _Pass:
             seen = plan.source.established if isinstance(plan.source, MaterializedSource) else ()
             self.client, create = start_coordinator(run_id, {s: list(c) for s, c in seen} or None)
             self.helpers.append(self.client.helper)
-            self.creators.append(create)
             supervisor.watch(self.client.helper, create)
         reduces = [
             (i, s) for i, s in enumerate(plan.stages) if isinstance(s, Reduce) and i >= plan.done
@@ -73,9 +71,8 @@ class _Pass:
         started = start_holders(run_id) if reduces else []
         for helper, recreate in started:
             supervisor.watch(helper, recreate)
-            self.helpers.append(helper)
-            self.creators.append(recreate)
         self._holders = [helper for helper, _ in started]
+        self.helpers += self._holders
         self.holders = {i: HolderSet(self._holders, stage.name) for i, stage in reduces}
         self._supervisor = supervisor
         self.dataset = lower(plan, self.client, self.holders, keep_parents=keep_parents)
@@ -139,7 +136,6 @@ class Execution:
         self._repaired: set[str] = set()
         self._stand_ins: list[pa.Table] = []
         self._lost = 0
-        self.dataset = self._pass.dataset
         self._writing: _Pass | None = None  # the pass whose coordinator a write's tasks report to
         self._shown: tuple[Any, dict] = (None, {})  # the progress's last (pass, snapshot)
         self._progress = _Progress(self._progress_now) if _progress_enabled() else None

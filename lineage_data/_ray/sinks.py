@@ -58,13 +58,6 @@ class AccountedSink(Datasink):
         """Write the user rows of ``blocks`` with the inner sink; return its result and the lineage."""
         tables = [BlockAccessor.for_block(b).to_arrow() for b in blocks]
         lineage = [t.select([c for c in _LINEAGE if c in t.column_names]) for t in tables]
-        if self.level:
-            tables = [
-                t.filter(pc.is_null(t[C.SIZE])).drop_columns([C.SIZE])
-                if C.SIZE in t.column_names
-                else t
-                for t in tables
-            ]
         tables = [self._visible(t) for t in tables]
         result = self.inner.write([t for t in tables if t.num_rows] or tables[:1], ctx)
         lineage_rows = C.concat(lineage) if lineage else C.empty()
@@ -86,6 +79,8 @@ class AccountedSink(Datasink):
             pass
 
     def _visible(self, table: pa.Table) -> pa.Table:
+        if self.level and C.SIZE in table.column_names:
+            table = table.filter(pc.is_null(table[C.SIZE])).drop_columns([C.SIZE])
         if self.keep_lineage and getattr(self.inner, "lineage_stage_column", False):
             stage = table[C.STAGE] if C.STAGE in table.column_names else None
             table = C.public(table)
