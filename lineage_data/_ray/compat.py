@@ -85,8 +85,7 @@ class _DropAuthWarning(logging.Filter):
 def default_auth_warning_dropped() -> Iterator[None]:
     """Drop Ray's "token authentication is enabled" warning while a local instance starts.
 
-    A parse of a Ray message (its logger :data:`AUTH_LOGGER` and text). Public replacement: the user
-    setting ``RAY_AUTH_MODE``.
+    A parse of a Ray message (:data:`AUTH_LOGGER`, its text). Public: ``RAY_AUTH_MODE``, if set.
     """
     logger = logging.getLogger(AUTH_LOGGER)
     drop = _DropAuthWarning()
@@ -175,8 +174,8 @@ def compute_strategy(fn: Any, constructor_args: Any, compute: Any, concurrency: 
 def with_true_threads(compute: Any, threads: bool) -> Any:
     """A copy of an ``ActorPoolStrategy`` with ``enable_true_multi_threading`` set to ``threads``.
 
-    Required: its private ``_enable_true_multi_threading``. Public replacement: a new
-    ``ActorPoolStrategy(...)``, were every field of the user's strategy readable.
+    Required: the private ``_enable_true_multi_threading``. Public replacement: a new
+    ``ActorPoolStrategy``, were every field of the user's strategy readable.
     """
     compute = copy.copy(compute)
     compute._enable_true_multi_threading = threads
@@ -202,8 +201,7 @@ def deep_copy(ds: Any) -> Any:
 def in_memory_blocks(ds: Any) -> list[Any] | None:
     """The block metadata of a dataset held in memory (``from_items``, ``from_arrow``, kept).
 
-    Optional (None where it moved; [] for a lazy read): ``ds._logical_plan.dag.input_data``'s
-    ``metadata``. Public replacement: none that runs nothing.
+    Optional ([] for a lazy read): ``ds._logical_plan.dag.input_data``'s ``metadata``. Public: none.
     """
     try:
         bundles = getattr(ds._logical_plan.dag, "input_data", None) or ()
@@ -226,8 +224,8 @@ def map_task_name() -> str | None:
 def combine_chunks(table: pa.Table) -> pa.Table:
     """``table`` with one chunk per column, Ray's tensor extension columns joined too.
 
-    Optional (pyarrow's where it moved): ``ray.data._internal.arrow_ops.transform_pyarrow.
-    combine_chunks``. Public replacement: none.
+    Optional (else pyarrow's): ``ray.data._internal.arrow_ops.transform_pyarrow.combine_chunks``.
+    Public: none.
     """
     combine = _optional("ray.data._internal.arrow_ops.transform_pyarrow", "combine_chunks")
     return combine(table) if combine is not None else table.combine_chunks()
@@ -237,8 +235,8 @@ def combine_chunks(table: pa.Table) -> pa.Table:
 def eval_expression(expr: Any, batch: pa.Table) -> Any:
     """A Ray Data expression's values over ``batch`` (Ray's own evaluator).
 
-    Required: ``ray.data._internal.planner.plan_expression.expression_evaluator.eval_expr``. Public
-    replacement: none.
+    Required: ``ray.data._internal.planner.plan_expression.expression_evaluator.eval_expr``.
+    Public: none.
     """
     module = "ray.data._internal.planner.plan_expression.expression_evaluator"
     return _private(module, "eval_expr")(expr, batch)
@@ -286,8 +284,8 @@ def _blocks_of(bundles: Iterator[Any]) -> Iterator[tuple[Any, int, int]]:
 def write_task_context(index: int, op_name: str) -> Any:
     """The context a Ray Data write task hands ``Datasink.write`` (for a write task of our own).
 
-    Required: ``ray.data._internal.execution.interfaces.task_context.TaskContext(task_idx,
-    op_name)``. Public replacement: none.
+    Required: ``ray.data._internal.execution.interfaces.task_context.TaskContext(...)``. Public:
+    none.
     """
     cls = _private("ray.data._internal.execution.interfaces.task_context", "TaskContext")
     return cls(task_idx=index, op_name=op_name)
@@ -298,9 +296,8 @@ def on_execution_end(
 ) -> None:
     """``before_start()`` as ``ds`` (or one derived from it) starts executing, then ``after_end()``.
 
-    ``after_end`` runs whether it succeeded or failed. Required: ``ray.data._internal.execution.
-    execution_callback.ExecutionCallback`` on ``DataContext.custom_execution_callback_classes``.
-    Public replacement: none.
+    Either way it ends. Required: ``ray.data._internal.execution.execution_callback.
+    ExecutionCallback`` on ``DataContext.custom_execution_callback_classes``. Public: none.
     """
     base = _private("ray.data._internal.execution.execution_callback", "ExecutionCallback")
 
@@ -359,8 +356,8 @@ def actor_ready(handle: Any) -> Any:
 def ray_bars_hidden() -> Iterator[None]:
     """Ray's ``tqdm_ray`` bars off the terminal for one write (as Ray does around ``print``).
 
-    Required: ``ray.experimental.tqdm_ray.instance()``, its ``hide_bars`` / ``unhide_bars``. Public
-    replacement: none.
+    Required: ``ray.experimental.tqdm_ray.instance()``, its ``hide_bars`` / ``unhide_bars``. Public:
+    none.
     """
     manager = _private("ray.experimental.tqdm_ray", "instance")()
     manager.hide_bars()
@@ -397,8 +394,8 @@ def wrap_ray_console_emit(
 def object_store_stats() -> tuple[int, int]:
     """Bytes in use in the object store and bytes spilled so far, cluster-wide (for bench/).
 
-    Required: ``ray._private.internal_api.get_memory_info_reply(state).store_stats``. Public
-    replacement: ``ray memory --stats-only`` (a subprocess, text).
+    Required: ``ray._private.internal_api.get_memory_info_reply(state).store_stats``. Public: the
+    ``ray memory --stats-only`` command's text.
     """
     reply = _private("ray._private.internal_api", "get_memory_info_reply")
     stats = reply(_private("ray._private.state", "state")).store_stats
