@@ -75,7 +75,6 @@ class RolledWrite:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._sink = sink
         self._policy = policy
         self._account = account  # gets each write task's result as it returns
         self._clock = clock
