@@ -1,12 +1,10 @@
 """Helper actors the library starts (the coordinator, group holders) and how they survive faults.
 
-Every helper is *named*, pinned to the driver's node (a worker node's loss never takes one with it),
-and started with ``max_restarts=-1, max_task_retries=-1``: when its process dies Ray restarts it and
-re-sends the calls in flight. One killed for good (``ray.kill``) is re-created under the same name by
-the driver's :class:`Supervisor`; a :class:`Helper` handle whose actor died looks the name up again.
-A restarted helper starts empty: the lineage it held is re-derived (fencing accepts reports of an
-earlier incarnation) or re-run by the driver's repair pass. A helper that cannot be reached within
-``LINEAGE_DATA_HELPER_TIMEOUT_S`` seconds (default 30) raises :class:`HelperLostError`.
+Every helper is *named*, pinned to the driver's node, and restarted by Ray when its process dies
+(``max_restarts=-1, max_task_retries=-1``). One killed for good is re-created under its name by the
+driver's :class:`Supervisor`. A restarted helper starts empty: what it held is re-derived or re-run
+by a repair pass. One unreachable for ``LINEAGE_DATA_HELPER_TIMEOUT_S`` (30 s) raises
+:class:`HelperLostError`.
 """
 
 from __future__ import annotations
@@ -34,11 +32,8 @@ def helper_timeout_s() -> float:
 class Helper:
     """A picklable handle on one named helper actor; calls survive the actor's restart or re-creation.
 
-    Args:
-        name: The actor's name (unique per run).
-        namespace: The Ray namespace it lives in.
-        role: What it is for, in error messages (e.g. "coordinator", "group holder 0 of 'docs'").
-        handle: The current actor handle (looked up by name when it fails).
+    ``role`` names it in error messages (e.g. "coordinator"); ``handle`` is looked up by name when
+    it fails.
     """
 
     # Set on the driver's handles by kill_all; never pickled (a worker's handle never stops a helper).
@@ -49,15 +44,7 @@ class Helper:
         self._handle = handle
 
     def __getstate__(self) -> dict:
-        return {
-            "name": self.name,
-            "namespace": self.namespace,
-            "role": self.role,
-            "_handle": self._handle,
-        }
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        return {k: v for k, v in self.__dict__.items() if k != "stopped"}
 
     def submit(self, method: str, *args: Any) -> Any:
         """Send a call; returns its ``ObjectRef`` (resolve it with :meth:`result`)."""
@@ -90,12 +77,10 @@ class Helper:
                     self._handle = ray.get_actor(self.name, namespace=self.namespace)
                 return ray.get(getattr(self._handle, method).remote(*args))
             except RayTaskError as exc:
-                # The helper raised one of ours (e.g. DuplicateRootError): pass it on as itself.
-                if isinstance(exc.cause, LineageError):
+                if isinstance(exc.cause, LineageError):  # e.g. DuplicateRootError: as itself
                     raise exc.cause from None
                 raise
-            except (RayActorError, ValueError) as exc:
-                # ValueError: the name is free (the replacement is not up yet).
+            except (RayActorError, ValueError) as exc:  # ValueError: the replacement is not up yet
                 if time.monotonic() > deadline:
                     raise HelperLostError(
                         f"{where}the lineage {self.role} ({self.name}) could not be reached for "
@@ -133,9 +118,7 @@ def new_run_id() -> str:
 class Supervisor(threading.Thread):
     """Driver-side thread: re-creates helpers killed for good and runs small periodic chores.
 
-    ``chores`` are called every tick (e.g. tell holders which roots were delivered); an exception in a
-    chore is kept in :attr:`error` for the driver to raise. Helpers are checked every ``check_every``
-    ticks.
+    An exception in a chore is kept in :attr:`error` for the driver to raise.
     """
 
     def __init__(self, tick_s: float = 0.5, check_every: int = 2) -> None:
@@ -185,9 +168,8 @@ class Supervisor(threading.Thread):
     def _check(self, helper: Helper, create: Callable[[], Any]) -> None:
         """Re-create ``helper`` when it is dead for good.
 
-        One ping per helper is in flight, never waited for: a check reads the answer to the last one and
-        sends the next. (A check that looked the name up in Ray's control store and waited for a ping,
-        for every helper four times a second, cost the 2-core bench machine ~2 CPU-s a run.)
+        One ping per helper is in flight, never waited for (a waited ping cost ~2 CPU-s a run): a
+        check reads the answer to the last one and sends the next.
         """
         ref = self._pings.pop(helper.name, None)
         if ref is not None:
@@ -220,11 +202,7 @@ class Supervisor(threading.Thread):
                 return  # the dead actor still holds the name; next tick
 
     def stop(self) -> None:
-        """Stop the thread (the helpers are killed by their owner).
-
-        Returns once no helper can be re-created any more: one being re-created now is finished
-        first, so the owner's kill (by name) finds it.
-        """
+        """Stop the thread; returns once no helper can be re-created (the owner's kill finds all)."""
         with self._stopping:
             self._halt.set()
 
@@ -232,8 +210,7 @@ class Supervisor(threading.Thread):
 def kill_all(helpers: Sequence[Helper]) -> None:
     """Kill helpers for good, whatever handle is current.
 
-    Each is let finish starting first (a few seconds at most): killing an actor whose process is still
-    starting makes Ray's control store log an error line for a run that did nothing wrong.
+    Each may finish starting first (5 s at most): killing a starting actor makes Ray log an error.
     """
     for helper in helpers:
         helper.stopped = True

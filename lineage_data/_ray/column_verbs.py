@@ -12,6 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from lineage_data._ray.compat import eval_expression
+
 
 @dataclass(frozen=True)
 class Columns:
@@ -36,7 +38,7 @@ class Predicate:
     __name__ = "filter"
 
     def __call__(self, row: dict) -> bool:
-        return bool(_evaluate(self.expr, pa.Table.from_pylist([row]))[0].as_py())
+        return bool(eval_expression(self.expr, pa.Table.from_pylist([row]))[0].as_py())
 
 
 @dataclass(frozen=True)
@@ -66,20 +68,13 @@ class WithColumn:
     def __call__(self, batch: pa.Table) -> pa.Table:
         from ray.data.expressions import Expr
 
-        values = _evaluate(self.expr, batch) if isinstance(self.expr, Expr) else self.expr(batch)
-        if not isinstance(values, pa.Array | pa.ChunkedArray):
-            values = (
-                pa.array(values)
-                if not isinstance(values, pa.Scalar)
-                else pa.array([values.as_py()] * batch.num_rows, values.type)
-            )
+        values = (
+            eval_expression(self.expr, batch) if isinstance(self.expr, Expr) else self.expr(batch)
+        )
+        if isinstance(values, pa.Scalar):
+            values = pa.array([values.as_py()] * batch.num_rows, values.type)
+        elif not isinstance(values, pa.Array | pa.ChunkedArray):
+            values = pa.array(values)
         if self.name in batch.column_names:
             return batch.set_column(batch.column_names.index(self.name), self.name, values)
         return batch.append_column(self.name, values)
-
-
-def _evaluate(expr: Any, batch: pa.Table) -> Any:
-    """A Ray Data expression's values over ``batch`` (Ray's own evaluator)."""
-    from lineage_data._ray.compat import eval_expression
-
-    return eval_expression(expr, batch)

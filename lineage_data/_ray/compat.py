@@ -1,21 +1,12 @@
 """Every private Ray symbol the library uses and every Ray object it patches: one door to Ray's insides.
 
 Written against Ray 2.60.0 (:data:`WRITTEN_FOR`). Nothing else in ``lineage_data`` or ``connectors``
-imports ``ray._private``, ``ray._raylet``, ``ray.core.generated``, ``ray.data._internal`` or
-``ray.experimental.internal_kv``, reads a private attribute of a Ray object, patches one, or parses a
-Ray message (``tests/unit/test_ray_compat.py`` enforces it). Each touchpoint below says what it relies
-on and what public API would replace it if Ray had one; each has a test (``tests/unit/
-test_ray_compat.py``, and ``tests/integration/test_ray_compat_ray.py`` for those that need a running
-Ray) that fails with the touchpoint's name when a Ray upgrade moves it.
-
-Two kinds of touchpoint:
-
-- **required**: the library cannot do its job without it. A missing one raises :class:`RayCompatError`
-  naming the touchpoint and both Ray versions where it is used (not an ``AttributeError`` deep in a
-  worker). Symbols are looked up lazily, once (:func:`_private`): importing this module loads no
-  ``ray.data``, so a helper actor's start stays light.
-- **optional**: a sizing hint or a courtesy (a row count, a crash's cause). A missing one gives what
-  the caller falls back to, as noted on each; its test still fails on an upgrade.
+reaches into Ray's internals (``tests/unit/test_ray_compat.py`` enforces it). Each touchpoint says
+what it relies on and what public API would replace it; each has a test that fails with its name
+when a Ray upgrade moves it. A **required** touchpoint that moved raises :class:`RayCompatError`
+naming it and both Ray versions; an **optional** one (a sizing hint, a courtesy) gives the fallback
+it notes.
+Symbols are looked up lazily, once: importing this module loads no ``ray.data``.
 """
 
 from __future__ import annotations
@@ -68,17 +59,16 @@ def _optional(module: str, name: str) -> Any:
 
 # -- starting Ray (init.py) ----------------------------------------------------------------------
 
-#: Ray 2.60 enables token authentication for a new local cluster when RAY_AUTH_MODE is unset and logs
-#: a warning saying so from this (private) logger; the library keeps the default and drops the warning.
+#: Ray 2.60 enables token authentication for a new local cluster when RAY_AUTH_MODE is unset and
+#: warns so from this (private) logger; the library keeps the default and drops the warning.
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 AUTH_WARNING = "Token authentication is enabled for this Ray cluster"
 
 
 def detected_cpus() -> int:
-    """The CPUs Ray would detect here (it honours cgroup quotas), else the CPUs we may run on.
+    """The CPUs Ray would detect here (cgroup quotas honoured), else the affinity mask's.
 
-    Optional: ``ray._private.utils.get_num_cpus``. No public API tells what ``ray.init`` would detect
-    before it runs (``ray.available_resources`` needs a cluster); the affinity mask where it moved.
+    Optional: ``ray._private.utils.get_num_cpus``. Public replacement: none before ``ray.init``.
     """
     try:
         return int(_private("ray._private.utils", "get_num_cpus")())
@@ -95,8 +85,7 @@ class _DropAuthWarning(logging.Filter):
 def default_auth_warning_dropped() -> Iterator[None]:
     """Drop Ray's "token authentication is enabled" warning while a local instance starts.
 
-    A parse of a Ray message: Ray gives the warning no type, only its logger (:data:`AUTH_LOGGER`)
-    and its text. Public replacement: ``RAY_AUTH_MODE`` set by the user (we keep Ray's default).
+    A parse of a Ray message (:data:`AUTH_LOGGER`, its text). Public: ``RAY_AUTH_MODE``, if set.
     """
     logger = logging.getLogger(AUTH_LOGGER)
     drop = _DropAuthWarning()
@@ -108,15 +97,12 @@ def default_auth_warning_dropped() -> Iterator[None]:
 
 
 # -- why a worker died (deaths.py) ---------------------------------------------------------------
-
-
 def workers_killed_for_memory(workers: set[str]) -> set[str]:
     """Those of ``workers`` (hex ids) the GCS worker table says Ray's memory monitor killed.
 
-    Optional (the caller treats a failure as "no cause known"): ``ray._private.state.state.
-    _connect_and_get_accessor().get_worker_table()`` and the ``ray.core.generated`` protobufs
-    ``WorkerTableData`` / ``WorkerExitType.NODE_OUT_OF_MEMORY``. Public replacement: ``ray.util.state.
-    list_workers`` with an ``exit_type`` filter, which needs the dashboard (a job may run without).
+    Optional (failure: no cause known): ``ray._private.state.state._connect_and_get_accessor()
+    .get_worker_table()``, protobufs ``WorkerTableData`` / ``WorkerExitType.NODE_OUT_OF_MEMORY``.
+    Public replacement: ``ray.util.state.list_workers``, which needs the dashboard.
     """
     state = _private("ray._private.state", "state")
     common_pb2 = _private("ray.core.generated", "common_pb2")
@@ -132,10 +118,9 @@ def workers_killed_for_memory(workers: set[str]) -> set[str]:
 
 
 def node_logs_dir() -> str | None:
-    """This Ray process's node's log directory (where workers' ``.err`` files are), or None.
+    """This Ray process's node's log directory (workers' ``.err`` files), or None.
 
-    Optional: ``ray._private.worker.global_worker.node.get_logs_dir_path()``; None outside a Ray
-    process with a node, or where it moved. No public API names the log directory.
+    Optional: ``ray._private.worker.global_worker.node.get_logs_dir_path()``. Public: none.
     """
     worker = _optional("ray._private.worker", "global_worker")
     node = getattr(worker, "node", None)
@@ -146,9 +131,9 @@ def node_logs_dir() -> str | None:
 
 
 # -- Ray's key-value store (typestore.py) ----------------------------------------------------------
-# Required: ``ray.experimental.internal_kv`` (``_internal_kv_*`` and the GCS client's
-# ``internal_kv_multi_get``). Public replacement: none in Ray 2.60 (a named actor would cost a
-# process and a round trip per call, which a flat plan runs without a coordinator to avoid).
+# Required: ``ray.experimental.internal_kv`` (``_internal_kv_*``, the GCS client's
+# ``internal_kv_multi_get``). Public replacement: none (a named actor costs a process and a round
+# trip per call, which a flat plan avoids).
 
 _KV = "ray.experimental.internal_kv"
 
@@ -177,13 +162,10 @@ def kv_delete_prefix(prefix: str, namespace: str) -> None:
 
 
 # -- lowering a plan (lower.py) --------------------------------------------------------------------
-
-
 def compute_strategy(fn: Any, constructor_args: Any, compute: Any, concurrency: Any) -> Any:
     """The compute strategy Ray Data itself chooses for ``map_batches(fn, ...)``.
 
-    Required: ``ray.data._internal.util.get_compute_strategy(fn, fn_constructor_args, compute,
-    concurrency)``. Public replacement: none (Ray applies the rule inside ``map_batches``).
+    Required: ``ray.data._internal.util.get_compute_strategy``. Public replacement: none.
     """
     get = _private("ray.data._internal.util", "get_compute_strategy")
     return get(fn, fn_constructor_args=constructor_args, compute=compute, concurrency=concurrency)
@@ -192,9 +174,8 @@ def compute_strategy(fn: Any, constructor_args: Any, compute: Any, concurrency: 
 def with_true_threads(compute: Any, threads: bool) -> Any:
     """A copy of an ``ActorPoolStrategy`` with ``enable_true_multi_threading`` set to ``threads``.
 
-    Required: the strategy's private ``_enable_true_multi_threading`` attribute (behind the public
-    read-only property). Public replacement: a new ``ActorPoolStrategy(...,
-    enable_true_multi_threading=...)``, were every other field of the user's strategy readable.
+    Required: the private ``_enable_true_multi_threading``. Public replacement: a new
+    ``ActorPoolStrategy``, were every field of the user's strategy readable.
     """
     compute = copy.copy(compute)
     compute._enable_true_multi_threading = threads
@@ -209,8 +190,7 @@ def with_true_threads(compute: Any, threads: bool) -> Any:
 def deep_copy(ds: Any) -> Any:
     """A copy of ``ds`` with its own ``DataContext`` (settings on it never reach ``ds``'s).
 
-    Required: ``Dataset.copy(ds, _deep_copy=True)``, a private keyword. Public replacement: none
-    (``ds.context`` is shared by the datasets derived from ``ds``).
+    Required: ``Dataset.copy(ds, _deep_copy=True)``, a private keyword. Public replacement: none.
     """
     try:
         return ray.data.Dataset.copy(ds, _deep_copy=True)
@@ -219,11 +199,9 @@ def deep_copy(ds: Any) -> Any:
 
 
 def in_memory_blocks(ds: Any) -> list[Any] | None:
-    """The block metadata of a dataset held in memory (``from_items``, ``from_arrow``, materialized).
+    """The block metadata of a dataset held in memory (``from_items``, ``from_arrow``, kept).
 
-    Optional (a sizing hint; None where it moved): ``ds._logical_plan.dag.input_data``, the input
-    operator's ref bundles and their ``metadata``. An empty list for a lazy read. Public replacement:
-    none that runs nothing (``ds.get_internal_block_refs`` executes the plan).
+    Optional ([] for a lazy read): ``ds._logical_plan.dag.input_data``'s ``metadata``. Public: none.
     """
     try:
         bundles = getattr(ds._logical_plan.dag, "input_data", None) or ()
@@ -235,9 +213,8 @@ def in_memory_blocks(ds: Any) -> list[Any] | None:
 def map_task_name() -> str | None:
     """``"<operator>#<task index>"`` of the Ray Data map task running here, or None outside one.
 
-    The same for a retried task (Ray passes the same context). Optional (None where it moved):
-    ``ray.data._internal.execution.interfaces.task_context.TaskContext.get_current()``. Public
-    replacement: none (``ray.get_runtime_context().get_task_id()`` changes on a retry).
+    The same for a retried task. Optional: ``ray.data._internal.execution.interfaces.task_context.
+    TaskContext.get_current()``. Public replacement: none (a task id changes on a retry).
     """
     cls = _optional("ray.data._internal.execution.interfaces.task_context", "TaskContext")
     context = cls.get_current() if cls is not None else None
@@ -247,34 +224,29 @@ def map_task_name() -> str | None:
 def combine_chunks(table: pa.Table) -> pa.Table:
     """``table`` with one chunk per column, Ray's tensor extension columns joined too.
 
-    Optional (pyarrow's ``combine_chunks`` where it moved): ``ray.data._internal.arrow_ops.
-    transform_pyarrow.combine_chunks``. Public replacement: none.
+    Optional (else pyarrow's): ``ray.data._internal.arrow_ops.transform_pyarrow.combine_chunks``.
+    Public: none.
     """
     combine = _optional("ray.data._internal.arrow_ops.transform_pyarrow", "combine_chunks")
     return combine(table) if combine is not None else table.combine_chunks()
 
 
 # -- column verbs (column_verbs.py) ----------------------------------------------------------------
-
-
 def eval_expression(expr: Any, batch: pa.Table) -> Any:
     """A Ray Data expression's values over ``batch`` (Ray's own evaluator).
 
-    Required: ``ray.data._internal.planner.plan_expression.expression_evaluator.eval_expr``. Public
-    replacement: none (``Dataset.with_column`` evaluates it inside Ray's plan only).
+    Required: ``ray.data._internal.planner.plan_expression.expression_evaluator.eval_expr``.
+    Public: none.
     """
     module = "ray.data._internal.planner.plan_expression.expression_evaluator"
     return _private(module, "eval_expr")(expr, batch)
 
 
 # -- execution and writes (execute.py, rolled.py, sinks.py) --------------------------------------
-
-
 def known_row_count(ds: Any) -> int | None:
     """The rows ``ds`` will give, where Ray knows without running anything (None: unknown).
 
-    Optional (None where it moved): ``Dataset._meta_count()``. Public replacement: none
-    (``Dataset.count()`` may execute the dataset).
+    Optional: ``Dataset._meta_count()``. Public replacement: none (``count()`` may execute).
     """
     try:
         rows = ds._meta_count()
@@ -284,11 +256,10 @@ def known_row_count(ds: Any) -> int | None:
 
 
 def output_blocks(ds: Any) -> Iterator[tuple[Any, int, int]]:
-    """Execute ``ds`` (it starts here): each output block as ``(object ref, rows, bytes)``.
+    """Execute ``ds``: each output block as ``(object ref, rows, bytes)``, no row on the driver.
 
-    No row reaches the driver. Closing the iterator stops Ray Data's executor. Required:
-    ``Dataset.iter_internal_ref_bundles()`` (a DeveloperAPI) and its ``RefBundle.blocks`` entries'
-    ``ref`` and ``metadata``. Public replacement: none (``iter_batches`` fetches the rows).
+    Closing the iterator stops Ray Data's executor. Required: the DeveloperAPI
+    ``Dataset.iter_internal_ref_bundles()``, its blocks' ``ref`` and ``metadata``. Public: none.
     """
     try:
         bundles = ds.iter_internal_ref_bundles()
@@ -313,8 +284,8 @@ def _blocks_of(bundles: Iterator[Any]) -> Iterator[tuple[Any, int, int]]:
 def write_task_context(index: int, op_name: str) -> Any:
     """The context a Ray Data write task hands ``Datasink.write`` (for a write task of our own).
 
-    Required: ``ray.data._internal.execution.interfaces.task_context.TaskContext(task_idx,
-    op_name)``. Public replacement: none (only Ray Data's own write tasks make one).
+    Required: ``ray.data._internal.execution.interfaces.task_context.TaskContext(...)``. Public:
+    none.
     """
     cls = _private("ray.data._internal.execution.interfaces.task_context", "TaskContext")
     return cls(task_idx=index, op_name=op_name)
@@ -323,12 +294,10 @@ def write_task_context(index: int, op_name: str) -> Any:
 def on_execution_end(
     ds: Any, before_start: Callable[[], None], after_end: Callable[[], None]
 ) -> None:
-    """``before_start()`` as ``ds`` (or one derived from it) starts executing, ``after_end()`` after.
+    """``before_start()`` as ``ds`` (or one derived from it) starts executing, then ``after_end()``.
 
-    ``after_end`` runs whether the execution succeeded or failed.
-
-    Required: ``ray.data._internal.execution.execution_callback.ExecutionCallback``, registered on
-    the public ``DataContext.custom_execution_callback_classes``. Public replacement: none.
+    Either way it ends. Required: ``ray.data._internal.execution.execution_callback.
+    ExecutionCallback`` on ``DataContext.custom_execution_callback_classes``. Public: none.
     """
     base = _private("ray.data._internal.execution.execution_callback", "ExecutionCallback")
 
@@ -351,9 +320,8 @@ def on_execution_end(
 def start_file_sink(datasink: Any) -> bool | None:
     """For one of Ray's file sinks: run its ``on_write_start`` now; True when Ray skips the write.
 
-    None for any other sink. Ray prepares a file sink (save mode, the directory) itself, but not
-    through a wrapper such as ours. Required: ``ray.data.datasource.file_datasink._FileDatasink`` and
-    its ``_skip_write`` (save mode "ignore" on an existing path). Public replacement: none.
+    None for any other sink (Ray prepares a file sink itself, but not through our wrapper).
+    Required: ``ray.data.datasource.file_datasink._FileDatasink`` and ``_skip_write``. Public: none.
     """
     file_sink = _private("ray.data.datasource.file_datasink", "_FileDatasink")
     if not isinstance(datasink, file_sink):
@@ -365,21 +333,17 @@ def start_file_sink(datasink: Any) -> bool | None:
 def wrap_write_datasink(ds: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Any:
     """``ds`` whose ``write_datasink`` is ``wrap(the original)``, on this dataset object only.
 
-    A patch of a Ray object: every ``Dataset.write_*`` of Ray 2.60 ends in ``self.write_datasink``,
-    so one wrapper sees them all. Public replacement: a sink hook on ``Dataset`` (Ray has none).
+    A patch of a Ray object: every ``Dataset.write_*`` of Ray 2.60 ends in it. Public: none.
     """
     ds.write_datasink = wrap(ds.write_datasink)
     return ds
 
 
 # -- helper actors (actors.py) -------------------------------------------------------------------
-
-
 def actor_ready(handle: Any) -> Any:
     """An object ref that resolves once the actor behind ``handle`` is up (its constructor ran).
 
-    Required: the private ``__ray_ready__`` method every Ray actor has. Public replacement: a method
-    of our own on each actor (a round trip more for an actor that is restarting).
+    Required: the private ``__ray_ready__`` of every actor. Public: a method of our own.
     """
     try:
         return handle.__ray_ready__.remote()
@@ -388,14 +352,12 @@ def actor_ready(handle: Any) -> Any:
 
 
 # -- progress on a terminal (progress.py) --------------------------------------------------------
-
-
 @contextlib.contextmanager
 def ray_bars_hidden() -> Iterator[None]:
     """Ray's ``tqdm_ray`` bars off the terminal for one write (as Ray does around ``print``).
 
-    Required: ``ray.experimental.tqdm_ray.instance()`` and its ``hide_bars`` / ``unhide_bars``.
-    Public replacement: none (Ray patches ``print`` with it).
+    Required: ``ray.experimental.tqdm_ray.instance()``, its ``hide_bars`` / ``unhide_bars``. Public:
+    none.
     """
     manager = _private("ray.experimental.tqdm_ray", "instance")()
     manager.hide_bars()
@@ -408,11 +370,9 @@ def ray_bars_hidden() -> Iterator[None]:
 def wrap_ray_console_emit(
     wrap: Callable[[Callable[[logging.LogRecord], None]], Callable[[logging.LogRecord], None]],
 ) -> Callable[[], None]:
-    """Wrap the ``emit`` of Ray's console log handlers; returns what undoes it.
+    """Wrap the ``emit`` of Ray's terminal handlers (of ``ray``, ``ray.data``); returns the undo.
 
-    A patch of Ray's objects: the handlers Ray puts on its loggers ``ray`` and ``ray.data`` that write
-    to the terminal (stderr or stdout) get ``emit = wrap(emit)`` on the instance. Public replacement:
-    none (Ray's logging config has no hook around a record's write).
+    A patch of Ray's objects (``emit`` set on the instance). Public replacement: none.
     """
     wrapped: list[logging.Handler] = []
     for name in ("ray", "ray.data"):
@@ -431,13 +391,11 @@ def wrap_ray_console_emit(
 
 
 # -- bench (bench/documents.py) ------------------------------------------------------------------
-
-
 def object_store_stats() -> tuple[int, int]:
-    """Bytes in use in the object store and bytes spilled so far, cluster-wide.
+    """Bytes in use in the object store and bytes spilled so far, cluster-wide (for bench/).
 
-    Required: ``ray._private.internal_api.get_memory_info_reply(ray._private.state.state)
-    .store_stats``. Public replacement: ``ray memory --stats-only`` (a subprocess, text).
+    Required: ``ray._private.internal_api.get_memory_info_reply(state).store_stats``. Public: the
+    ``ray memory --stats-only`` command's text.
     """
     reply = _private("ray._private.internal_api", "get_memory_info_reply")
     stats = reply(_private("ray._private.state", "state")).store_stats
@@ -445,8 +403,6 @@ def object_store_stats() -> tuple[int, int]:
 
 
 # -- classifying Ray's failures (execute.py) -------------------------------------------------------
-
-
 class Failure(enum.Enum):
     """What a failure that ended a run is, as far as the consumer should see it."""
 
@@ -459,10 +415,9 @@ class Failure(enum.Enum):
 def classify(exc: BaseException) -> Failure:
     """What ``exc``, raised out of a Ray Data execution, is: by Ray's exception types.
 
-    With ``raise_original_map_exception`` a user's error in a map arrives unwrapped (OTHER); a
-    ``RayTaskError`` then wraps one of ours (OURS) or a system failure (RAY); a ``RayActorError``
-    with ``actor_init_failed`` is a constructor that raised (CONSTRUCTOR), also when a task error
-    wraps it.
+    With ``raise_original_map_exception`` a user's error arrives unwrapped (OTHER); a
+    ``RayTaskError`` wraps one of ours (OURS) or a system failure (RAY); a ``RayActorError`` with
+    ``actor_init_failed``, wrapped or not, is a constructor that raised (CONSTRUCTOR).
     """
     cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayTaskError) else None
     # (first: Ray's wrapper of one of ours is also an instance of its class)
@@ -495,8 +450,7 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\
 def constructor_raised(exc: BaseException) -> str:
     """``"Type: message"`` of what a constructor raised, from a :data:`Failure.CONSTRUCTOR` error.
 
-    A parse of a Ray message: Ray keeps the constructor's exception only as the text of its
-    traceback inside the ``ActorDiedError`` (no ``cause`` object), so its last exception line is it.
+    A parse of a Ray message: the constructor's error is only its traceback's text in the error.
     """
     text = str(exc)
     raised = [ln.strip() for ln in text.splitlines() if _EXCEPTION_LINE.match(ln.strip())]
@@ -506,8 +460,8 @@ def constructor_raised(exc: BaseException) -> str:
 def stage_named(exc: BaseException, names: Sequence[str]) -> str | None:
     """The last of ``names`` that Ray's message of ``exc`` names as its operator, or None.
 
-    A parse of a Ray message: Ray's errors carry no operator; their text names it as
-    ``MapBatches(<name>)`` or ``MapWorker(MapBatches(<name>))``, a task as ``..._<name>``.
+    A parse of a Ray message: ``MapBatches(<name>)``, ``MapWorker(MapBatches(<name>))``, ``_<name>``
+    (a task).
     """
     text = str(exc)
     return next((n for n in reversed(names) if f"({n})" in text or f"_{n}" in text), None)

@@ -62,16 +62,14 @@ def _keep(names: list[str], partition_filter: PartitionFilter | None) -> list[st
     return [name for name in names if partition_filter(name)]
 
 
-# Ray Data's directory listing leaves out paths under a directory whose first part starts with
-# one of these (``_expand_directory``'s default): hidden files, ``_SUCCESS`` and the like.
+# Ray Data's directory listing leaves out paths whose first part (under the directory) starts so.
 HIDDEN_PREFIXES = (".", "_")
 
 
 def _expand(fs: Any, path: str, stripped: str, ignore_missing: bool) -> dict[str, dict]:
-    """``{name: info}`` of the files a path, directory or glob names.
+    """``{name: info}`` of the files a path, directory or glob names, as Ray Data finds them.
 
-    As Ray Data finds them: a directory's hidden entries (:data:`HIDDEN_PREFIXES`) are left out,
-    and symbolic links are followed (a corpus is often staged as a directory of links).
+    A directory's hidden entries (:data:`HIDDEN_PREFIXES`) are left out, symbolic links followed.
     """
     try:
         with s3_errors(path, fs):
@@ -100,10 +98,7 @@ def _is_local(fs: Any) -> bool:
 
 
 def _walk_local(directory: str) -> dict[str, dict]:
-    """Files under a local directory, symbolic links followed (fsspec's ``find`` does not).
-
-    Each directory is entered once (by its real path), so a link back up does not loop.
-    """
+    """Files under a local directory, each directory once, symbolic links followed (unlike ``find``)."""
     found: dict[str, dict] = {}
     seen: set[str] = set()
     for top, dirs, names in os.walk(directory, followlinks=True):
@@ -130,12 +125,10 @@ def list_files(
     partition_filter: PartitionFilter | None = None,
     ignore_missing_paths: bool = False,
 ) -> tuple[Any, list[tuple[str, int]]]:
-    """Resolve ``paths`` (files, directories, globs; local or fsspec URLs) to ``(uri, size)`` pairs.
+    """The filesystem and ``(uri, size)`` of the files ``paths`` name (files, directories, globs).
 
-    Returns the filesystem and the files sorted by URI. The URI (with its protocol) is the root id.
-    Filters apply as in Ray Data: ``partition_filter`` to the paths as the filesystem lists them
-    (no scheme), then ``file_extensions``. On S3, a refused or unreachable listing raises
-    :class:`~lineage_data.storage.S3AccessError` (or its siblings) naming endpoint and bucket.
+    Sorted by URI, the root id. Filters apply as in Ray Data: ``partition_filter`` to the paths as
+    listed (no scheme), then ``file_extensions``. On S3 a refused listing raises the typed S3 error.
     """
     paths = [paths] if isinstance(paths, str) else list(paths)
     if not paths:
@@ -170,9 +163,7 @@ def _read(
 ) -> Iterable[pa.Table]:
     """One row per file; a file that vanished or cannot be read fails its root alone (no bytes).
 
-    S3 refusing the request (credentials wrong or missing in this worker, no permission) or not
-    answering is the job's problem, not the file's: the typed S3 error is raised, and the driver
-    re-raises it as itself.
+    S3 refusing the request or not answering is the job's problem, not the file's: it raises.
     """
     uris = [uri for uri, _ in files]
     data: list[bytes | None] = []
@@ -211,16 +202,13 @@ def _unreadable(uri: str, exc: BaseException) -> str:
 
 
 class FileDatasource(Datasource):
-    """Lists files on the driver; each read task reads ``files_per_task`` of them.
-
-    ``source`` is a :class:`FileSource`, or a bare filesystem (every column is read).
-    """
+    """Lists files on the driver; each read task reads ``files_per_task`` of them."""
 
     def __init__(
-        self, source: Any, files: list[tuple[str, int]], *, files_per_task: int = 1
+        self, source: FileSource, files: list[tuple[str, int]], *, files_per_task: int = 1
     ) -> None:
         super().__init__()
-        self._source = source if isinstance(source, FileSource) else FileSource(source)
+        self._source = source
         self._files = files
         self._per_task = max(1, files_per_task)
 

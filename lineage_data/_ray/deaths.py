@@ -1,17 +1,8 @@
 """Why a Ray worker process died: what a crash cause can say beyond "the worker died".
 
-Ray records a dead worker's exit in the GCS worker table, but for a process ended by a signal it
-only says "unexpectedly exits" (seen here for SIGSEGV, SIGABRT, ``os._exit`` and SIGKILL alike). Two
-things do tell more, and neither is ours to re-implement:
-
-- Ray's memory monitor marks the workers it kills ``NODE_OUT_OF_MEMORY`` in that table;
-- every Ray worker runs with :mod:`faulthandler` on, which writes ``Fatal Python error:
-  Segmentation fault`` (``Aborted``, ``Bus error``, ...) to the worker's ``.err`` log on its node.
-
-:func:`why_died` reads both for the workers a crash journal names. It runs in the worker that fails
-the input, once per failed input, so it costs nothing on the usual path. A worker that died on
-another node has its log there: then only the table speaks (and a plain SIGKILL or ``os._exit``
-leaves no trace at all).
+Ray's worker table says only "unexpectedly exits" for a signal, but marks workers its memory monitor
+killed ``NODE_OUT_OF_MEMORY``, and faulthandler writes ``Fatal Python error: ...`` to a worker's
+``.err`` log on its node. :func:`why_died` reads both, once per failed input.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """One execution of a plan: passes over the lowered dataset, the consumer's ledger, repair, progress.
 
-A run is a first pass over the whole plan and, if roots did not reach the consumer (a fault lost them),
-up to ``max_repair_attempts`` repair passes restricted to those roots; each pass has its own coordinator
-and group holders. Roots still missing then end as FAILED rows with a ``LostError`` cause.
+A first pass runs the whole plan; roots a fault kept from the consumer get up to
+``max_repair_attempts`` repair passes (each with its own helpers), then FAILED ``LostError`` rows.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, assert_never
 
@@ -29,6 +29,7 @@ from lineage_data._ray import compat
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
 from lineage_data._ray.holders import HolderSet, start_holders
+from lineage_data._ray.init import init_ray as ensure_ray
 from lineage_data._ray.lower import lower
 from lineage_data._ray.progress import _Progress, _progress_enabled
 from lineage_data._ray.rolled import RolledWrite
@@ -39,19 +40,11 @@ from lineage_data.report import RunReport
 logger = logging.getLogger("lineage_data")
 
 
-def ensure_ray(address: str | None = None, **init_kwargs: Any) -> None:
-    """Connect to Ray once: ``address`` or ``RAY_ADDRESS`` for a cluster, else a local instance."""
-    from lineage_data._ray.init import init_ray
-
-    init_ray(address, **init_kwargs)
-
-
 class _Pass:
     """One lowering of a plan: its coordinator, its group holders and the lazy Ray Dataset.
 
-    A flat plan (see :attr:`Plan.flat`) has neither: its operators establish column types in a
-    :class:`TypeStore`, and nothing waits for a helper to start. Without a ledger (``to_ray()``) a
-    flat plan on a Ray Dataset keeps its coordinator: there the registry refuses duplicate ids.
+    A flat plan (:attr:`Plan.flat`) has no coordinator but a :class:`TypeStore`, except without a
+    ledger (``to_ray()``) on a Ray Dataset: there the coordinator's registry refuses duplicate ids.
     """
 
     def __init__(
@@ -64,7 +57,6 @@ class _Pass:
     ) -> None:
         run_id = new_run_id()
         self.helpers: list[Helper] = []
-        self.creators: list[Callable[[], Any]] = []
         self.client: CoordinatorClient | TypeStore
         if plan.flat and (ledger or not isinstance(plan.source, RaySource)):
             self.client = TypeStore(run_id)
@@ -72,7 +64,6 @@ class _Pass:
             seen = plan.source.established if isinstance(plan.source, MaterializedSource) else ()
             self.client, create = start_coordinator(run_id, {s: list(c) for s, c in seen} or None)
             self.helpers.append(self.client.helper)
-            self.creators.append(create)
             supervisor.watch(self.client.helper, create)
         reduces = [
             (i, s) for i, s in enumerate(plan.stages) if isinstance(s, Reduce) and i >= plan.done
@@ -80,9 +71,8 @@ class _Pass:
         started = start_holders(run_id) if reduces else []
         for helper, recreate in started:
             supervisor.watch(helper, recreate)
-            self.helpers.append(helper)
-            self.creators.append(recreate)
         self._holders = [helper for helper, _ in started]
+        self.helpers += self._holders
         self.holders = {i: HolderSet(self._holders, stage.name) for i, stage in reduces}
         self._supervisor = supervisor
         self.dataset = lower(plan, self.client, self.holders, keep_parents=keep_parents)
@@ -97,10 +87,15 @@ class _Pass:
         for helper in self._holders:
             helper.submit("forget", roots)
 
+    @property
+    def coordinator(self) -> CoordinatorClient | None:
+        """The pass's coordinator (None: a flat plan's :class:`TypeStore`)."""
+        return self.client if isinstance(self.client, CoordinatorClient) else None
+
     def finish(self) -> None:
-        """Keep the pass's counts (the coordinator is asked once, at the end; a flat plan has none)."""
-        if isinstance(self.client, CoordinatorClient):
-            snapshot = self.last = self.client.snapshot()
+        """Keep the pass's counts (the coordinator is asked once, at the end)."""
+        if self.coordinator is not None:
+            snapshot = self.last = self.coordinator.snapshot()
             self.counts, self.calls = snapshot["counts"], snapshot["reports"]
             self.columns = snapshot.get("columns", {})
 
@@ -125,11 +120,9 @@ class Execution:
         self._on_report = on_report
         self._started = time.time()
         self._ledger = Ledger(plan.level, _known_roots(plan), started_at=self._started)
-        # A Ray Dataset source names its roots only as it reads them (each source task registers its
-        # block with the coordinator, which refuses duplicate ids; in a flat plan it tags its rows with
-        # their block and this ledger refuses duplicate ids). The driver mirrors that registry
-        # only where a root can vanish without a trace: in a reduce's holders. Elsewhere Ray re-runs
-        # what a fault interrupted, and every root that arrived is checked complete at the end.
+        # A Ray Dataset source names its roots only as it reads them. The driver mirrors the
+        # coordinator's registry only where a root can vanish without a trace (in a reduce's holders);
+        # elsewhere Ray re-runs what a fault interrupted, and every root that arrived is checked.
         self._from_ray = isinstance(plan.source, RaySource)
         self._mirror = self._from_ray and any(isinstance(s, Reduce) for s in plan.stages)
         if self._from_ray:
@@ -143,7 +136,6 @@ class Execution:
         self._repaired: set[str] = set()
         self._stand_ins: list[pa.Table] = []
         self._lost = 0
-        self.dataset = self._pass.dataset
         self._writing: _Pass | None = None  # the pass whose coordinator a write's tasks report to
         self._shown: tuple[Any, dict] = (None, {})  # the progress's last (pass, snapshot)
         self._progress = _Progress(self._progress_now) if _progress_enabled() else None
@@ -151,8 +143,8 @@ class Execution:
     # -- driver-side chores (supervisor thread) ----------------------------------------------------
     def _chores(self) -> None:
         current = self._pass
-        if current.holders:  # holders drop what they keep for roots the consumer has (no Python
-            with self._lock:  # string per root otherwise)
+        if current.holders:  # holders drop what they keep for roots the consumer has
+            with self._lock:
                 done, self._forgotten = self._ledger.completed_since(self._forgotten)
             if done:
                 current.forget(done)
@@ -160,8 +152,8 @@ class Execution:
             self._mirror_registry(current)
 
     def _mirror_registry(self, current: _Pass) -> None:
-        assert isinstance(current.client, CoordinatorClient)  # a reduce: not a flat plan
-        roots, cursor = current.client.root_ids_since(current.registered)
+        assert current.coordinator is not None  # a reduce: not a flat plan
+        roots, cursor = current.coordinator.root_ids_since(current.registered)
         current.registered = cursor
         if len(roots):
             plan = self._plan
@@ -180,7 +172,7 @@ class Execution:
         if self._writing is not None:  # what the ledger took in a write came back written
             p["written"] = done
         current = self._writing if self._writing is not None else self._pass
-        if isinstance(current.client, CoordinatorClient):
+        if current.coordinator is not None:
             self._coordinated_progress(p, current)
         if p["total"]:  # a retried task counts again in the coordinator: never past the roots
             p["done"] = min(p["done"], p["total"])
@@ -189,13 +181,14 @@ class Execution:
 
     def _coordinated_progress(self, p: dict[str, int], current: _Pass) -> None:
         """What the pass's coordinator knows beyond the driver: parents reduced, in flight, written."""
-        assert isinstance(current.client, CoordinatorClient)
+        coordinator = current.coordinator
+        assert coordinator is not None
         shown = current.last or (self._shown[1] if self._shown[0] is current else {})
-        if current.client.helper.stopped:  # the pass is over: its last counts stand
+        if coordinator.helper.stopped:  # the pass is over: its last counts stand
             snapshot = shown
         else:
             try:
-                snapshot = current.client.snapshot()
+                snapshot = coordinator.snapshot()
                 self._shown = (current, snapshot)
             except Exception:  # noqa: BLE001 - a display: the coordinator may be restarting or
                 snapshot = shown  # stopped meanwhile (Helper.call then raises at once)
@@ -218,10 +211,9 @@ class Execution:
     def iter_tables(self, *, prefetch_batches: int = 1) -> Iterator[pa.Table]:
         """Stream the output blocks (copies dropped); repair lost roots; check the run at the end.
 
-        Closing the generator early (a consumer that stops, or one garbage-collected) stops the run
-        and its helpers.
+        Closing the generator early (a consumer that stops, or is garbage-collected) stops the run.
         """
-        with contextlib.closing(self._batches(prefetch_batches)) as batches:  # (closed early: stop)
+        with contextlib.closing(self._batches(prefetch_batches)) as batches:
             for batch in batches:
                 if batch is None:  # the end: roots still missing
                     lost = self._lose()
@@ -234,12 +226,11 @@ class Execution:
                     yield out
 
     def iter_kept(self) -> Iterator[tuple[pa.Table, pa.Table]]:
-        """Stream a run of an open level that is kept to be continued (``keep_parents=True``).
+        """Stream a run of an open level kept to be continued (``keep_parents=True``).
 
-        Yields ``(rows, stand_ins)``: the first copies of every row, group headers with their parent
-        rows included, which the plan can go on from; and the rows a consumer sees for roots that
-        left no row of their own (see :meth:`Ledger.take_kept`). A root lost for good is yielded as
-        a root header (rows) and its ``LostError`` row (stand-ins).
+        Yields ``(rows, stand_ins)`` (see :meth:`Ledger.take_kept`): the rows the plan can go on
+        from, and the rows a consumer sees for roots that left none; a lost root as a root header and
+        its ``LostError`` row.
         """
         assert self._keep_parents and self._plan.level
         with contextlib.closing(self._batches(prefetch_batches=1)) as batches:
@@ -287,17 +278,15 @@ class Execution:
         try:
             for current in self._run_passes():
                 ds = prepare(current.dataset) if prepare else current.dataset
-                progress = current.client if isinstance(current.client, CoordinatorClient) else None
                 self._writing = current
+                progress = current.coordinator
                 action(
                     accounted(
                         ds, level, self._account, keep_lineage=keep_lineage, progress=progress
                     )
                 )
-            # Rows the workers could not write because the driver makes them: LostError rows, and the
-            # stand-ins of roots that left no row at an open level.
-            extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
-            if extra:  # already in the ledger: written, not accounted again
+            extra = self._driver_rows()
+            if extra:
                 ds = ray.data.from_blocks(extra)  # (no remote task per table for its metadata)
                 ds = prepare(ds) if prepare else ds
                 action(accounted(ds, level, lambda sink: None, keep_lineage=keep_lineage))
@@ -318,18 +307,17 @@ class Execution:
         try:
             datasink.on_write_start()
             for current in self._run_passes():
-                progress = current.client if isinstance(current.client, CoordinatorClient) else None
                 self._writing = current
+                progress = current.coordinator
                 sink = AccountedSink(datasink, level, keep_lineage=keep_lineage, progress=progress)
                 rolled = RolledWrite(sink, policy, lambda r: self._take_written(r[1], r[2]))
                 rolled.stream(compat.output_blocks(current.dataset), check=self._check)
                 rolled.finish()
                 results += rolled.results
-            extra = [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
-            if extra:  # already in the ledger: written, not accounted again
-                rolled = RolledWrite(
-                    AccountedSink(datasink, level, keep_lineage=keep_lineage), policy, _ignore
-                )
+            extra = self._driver_rows()
+            if extra:
+                sink = AccountedSink(datasink, level, keep_lineage=keep_lineage)
+                rolled = RolledWrite(sink, policy, lambda r: None)
                 rolled.tables(extra)
                 rolled.finish()
                 results += rolled.results
@@ -353,6 +341,10 @@ class Execution:
             for stage, names in p.columns.items():
                 out.setdefault(stage, {}).update(dict.fromkeys(names))
         return {stage: list(names) for stage, names in out.items()}
+
+    def _driver_rows(self) -> list[pa.Table]:
+        """Rows the driver makes (LostError rows, open-level stand-ins): in the ledger already."""
+        return [t for t in (*self._stand_ins, self._lose()) if t is not None and t.num_rows]
 
     def _account(self, sink: AccountedSink) -> None:
         for lineage, at in sink.written:
@@ -429,8 +421,7 @@ class Execution:
         """Re-raise ``exc`` as the consumer should see it: ours as themselves, Ray's as ExecutionError."""
         failure = compat.classify(exc)
         match failure:
-            case compat.Failure.OURS:
-                # one of ours, raised in a worker: as itself, not in Ray's wrapper
+            case compat.Failure.OURS:  # raised in a worker: as itself, not in Ray's wrapper
                 raise exc.cause from None  # type: ignore[attr-defined]
             case compat.Failure.OTHER:
                 raise exc
@@ -443,8 +434,7 @@ class Execution:
         """A Ray failure outside user code as an :class:`ExecutionError` naming the stage."""
         stage = compat.stage_named(exc, [s.name for s in self._plan.stages])
         where = f"stage {stage!r}" if stage else "the lineage run"
-        if failure is compat.Failure.CONSTRUCTOR:
-            # The user's constructor raised (Ray reports it as the death of the stage's actor).
+        if failure is compat.Failure.CONSTRUCTOR:  # Ray reports it as the death of the actor
             what = compat.constructor_raised(exc)
             return UserCodeError(f"{where}: the constructor of its callable class raised: {what}")
         first = compat.first_line(exc)
@@ -500,21 +490,12 @@ class Execution:
             self._progress.stop()  # (on a failed run, a dead coordinator would hold it 30 s)
 
 
-def _ignore(_: Any) -> None:
-    """Results not to account (rows the driver made and accounted itself)."""
-
-
 def detached_dataset(plan: Plan) -> Any:
     """The lowered dataset of ``plan`` for ``to_ray()``: its helpers live while it executes once.
 
-    An execution callback (Ray Data's own hook, on this dataset's context and those derived from it)
-    stops the helpers when the execution ends, succeeded or failed; they also go when the dataset is
-    garbage collected. A second execution raises a :class:`LineageError` (call ``to_ray()`` again):
-    the helpers hold the run's lineage state. No accounting: repair and the report belong to the
-    lineage consumers.
+    An execution callback stops the helpers when the execution ends (or the dataset is collected);
+    a second execution raises a :class:`LineageError`. No accounting, repair or report.
     """
-    import weakref
-
     ensure_ray()
     current = _Pass(plan, Supervisor(), ledger=False)
     helpers, client = list(current.helpers), current.client
@@ -547,17 +528,16 @@ def stop_helpers(helpers: list[Helper], client: Any) -> None:
         client.drop()
 
 
-# The ledger is sized up front for at most this many roots of a Ray Dataset source (its hash table's
-# cells, 32 MB, are written at once; the rest is touched as roots arrive): a consumer that reads only
-# the first rows of a huge dataset does not pay for all of it.
+# The ledger is sized up front for at most this many roots of a Ray Dataset source (32 MB written at
+# once): a consumer that reads only the first rows of a huge dataset does not pay for all of it.
 MAX_RESERVED_ROOTS = 4_000_000
 
 
 def _source_rows(plan: Plan) -> int:
     """The rows a Ray Dataset source will give, where Ray knows without running it (0: unknown)."""
     assert isinstance(plan.source, RaySource)
-    rows = compat.known_row_count(plan.source.dataset)  # from block metadata: nothing runs
-    if rows is None:  # unknown, or another Ray version
+    rows = compat.known_row_count(plan.source.dataset)
+    if rows is None:
         return 0
     if plan.limit is not None:
         rows = min(rows, plan.limit)

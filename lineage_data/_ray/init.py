@@ -23,11 +23,7 @@ def local_init_kwargs(init_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def init_ray(address: str | None = None, **init_kwargs: Any) -> None:
-    """Connect to Ray once: ``address`` or ``RAY_ADDRESS`` for a cluster, else a local instance.
-
-    A local instance (no address, or ``"local"``) gets :func:`local_init_kwargs`. Ray's output
-    reaches the driver unless ``log_to_driver=False`` is given.
-    """
+    """Connect to Ray once: ``address`` or ``RAY_ADDRESS`` for a cluster, else a local instance."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")

@@ -1,13 +1,12 @@
 """Lowering a lineage plan to a ``ray.data.Dataset``: one Ray Data map step per physical step.
 
-What runs where (tasks or an actor pool, a reduce folded into the actors before it, who cuts the
-batches, block sizes, one piece) is decided by the rules of :mod:`lineage_data._core.physical`; this
-module translates their :class:`~lineage_data._core.physical.PhysicalPlan` to Ray Data calls, no
-shuffle.
+What runs where is decided by :mod:`lineage_data._core.physical`; this module translates its
+:class:`~lineage_data._core.physical.PhysicalPlan` to Ray Data calls, no shuffle.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections import OrderedDict
@@ -41,8 +40,6 @@ R = TypeVar("R")
 # What a run's operators talk to: its coordinator, or a flat plan's store (no coordinator at all).
 Client = CoordinatorClient | TypeStore
 
-# Lineage steps of their own (reduce; terminal when a plan has no stage) run as plain 1-CPU tasks: on a
-# small machine fractional-CPU tasks start many more worker processes and were 5x slower here.
 # A stage's step up to this size (pickled) travels inside its operator's closure, a bigger one by
 # reference (see _Shipped).
 MAX_INLINE_STEP_BYTES = 64 * 1024
@@ -50,11 +47,7 @@ MAX_INLINE_STEP_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class _Step:
-    """What a worker needs to run one stage.
-
-    Built from a physical :class:`~lineage_data._core.physical.Step`: ``terminal``, the step also
-    reports the terminal rows; ``then``, the reduces that run in this stage's actors, after it.
-    """
+    """What a worker needs to run one stage; ``terminal``: it also reports the terminal rows."""
 
     plan: Plan
     index: int
@@ -69,28 +62,16 @@ class _Step:
         """The stage's operator; ``fn``: its 1:1 user callable, already built (see :meth:`bind`)."""
         stage = self.plan.stages[self.index]
         client = self.client.for_stage(stage.name)
-        if fn is not None:
-            op: Any = build_op(
-                self.plan,
-                self.index,
-                client,
-                rows_per_block=self.rows_per_block,
-                watchdog=WATCHDOG,
-                fn=fn,
-            )
-        else:
-            op = _constructing(
-                stage,
-                client,
-                lambda: build_op(
-                    self.plan,
-                    self.index,
-                    client,
-                    rows_per_block=self.rows_per_block,
-                    holders=self.holders,
-                    watchdog=WATCHDOG,
-                ),
-            )
+        make = functools.partial(
+            build_op,
+            self.plan,
+            self.index,
+            client,
+            rows_per_block=self.rows_per_block,
+            holders=self.holders,
+            watchdog=WATCHDOG,
+        )
+        op: Any = make(fn=fn) if fn is not None else _constructing(stage, client, make)
         if self.then:
             return _chain([op, *(step.build() for step in self.then)])
         if not self.terminal:
@@ -101,11 +82,7 @@ class _Step:
         return lambda batch: end(op(batch))
 
     def born(self) -> None:
-        """A life of this step's actor begins (a process start: Ray restarts a dead actor).
-
-        Journaled per stage it runs (see :func:`lineage_data._core.guard.born`): an actor whose lives
-        keep dying before they finish anything isolates its blocks, then fails its stage, typed.
-        """
+        """A life of this step's actor begins: journaled per stage (see :func:`_core.guard.born`)."""
         actor = ray.get_runtime_context().get_actor_id() or "(no actor)"
         for step in (self, *self.then):
             stage = step.plan.stages[step.index]
@@ -121,11 +98,8 @@ class _Step:
 def _chain(ops: list[Callable[[pa.Table], Any]]) -> Callable[[pa.Table], Any]:
     """The operators of a stage and the reduces folded into it, one after the other on each batch.
 
-    A crash in a folded reduce also reads as a crash of the block the stage before it finished (its
-    end is journaled with its next attempt, as usual). That costs no row its value: the retry runs
-    the stage's block isolated, and its rows, never seen crashing alone, run again as one call
-    (:meth:`Guard.batch <lineage_data._core.guard.Guard.batch>`), while the reduce's own journal
-    pins the crash on its parent (tests/faults/test_fault_crashes.py).
+    A crash in a folded reduce also reads as a crash of the stage's block; that costs no row its
+    value (its rows run again as one call, the reduce's journal pins the crash on its parent).
     """
 
     def chained(batch: pa.Table) -> Any:
@@ -139,10 +113,8 @@ def _chain(ops: list[Callable[[pa.Table], Any]]) -> Callable[[pa.Table], Any]:
 def _constructing(stage: AnyStage, client: Journal, make: Callable[[], R]) -> R:
     """``make()``, which builds the stage's callable class: journaled, bounded when it crashes.
 
-    A callable class is built in its actor: a constructor that kills its process every time would be
-    restarted by Ray without end. Each attempt is journaled under the actor's id (the same across its
-    restarts); past max_crash_retries the stage fails, typed. Every client journals: a coordinator's
-    in the coordinator, a flat plan's on each node (:class:`~lineage_data._ray.typestore.TypeStore`).
+    Ray would restart without end an actor whose constructor kills its process: each attempt is
+    journaled under the actor's id, and past ``max_crash_retries`` the stage fails, typed.
     """
     actor = ray.get_runtime_context().get_actor_id() if stage.call.is_class else None
     key = f"constructor of actor {actor}"
@@ -163,12 +135,9 @@ def _constructing(stage: AnyStage, client: Journal, make: Callable[[], R]) -> R:
 class _Shipped:
     """A stage's :class:`_Step`, shipped to the workers inside the operator's closure or by reference.
 
-    A small step (the usual one: the plan without its source, the user's function) travels by value:
-    Ray Data sends each task its operator closure anyway, and an object reference inside it would make
-    every task a borrower of the driver's object (a round of ownership messages per task: 0.5 s of CPU
-    over 200 tiny tasks, measured). A big one (a function closing over a large table) lives in the
-    object store once per pass and each worker fetches it once; actor constructor arguments stay small
-    and inline either way (Ray warns about restartable actors whose arguments live in the object store).
+    A small step travels by value: a reference would make every task a borrower of the driver's
+    object (0.5 s of CPU over 200 tiny tasks, measured). A big one (a function closing over a large
+    table) is put in the object store once per pass.
     """
 
     def __init__(self, step: _Step) -> None:
@@ -188,10 +157,10 @@ class _Shipped:
 
 
 def _actor_class(shipped: _Shipped, generator: bool, threads: int = 1) -> type:
-    """A callable class holding one operator (built once per actor). Built here, not in a loop.
+    """A callable class holding one operator (built once per actor).
 
-    ``threads`` > 1: Ray calls the actor from that many threads at once (several batches in flight);
-    each thread gets an operator of its own, all sharing the one user callable built here.
+    ``threads`` > 1: Ray calls the actor from that many threads at once; each thread gets an
+    operator of its own, all sharing the one user callable.
     """
 
     class StageActor:
@@ -241,8 +210,8 @@ def _threaded(compute: Any, threads: int) -> Any:
     return compute
 
 
-# Operators of task-based steps, built once per worker process and pass (a task worker runs one task
-# at a time): their caches (established column types, holder handles) outlive a single batch.
+# Operators of task-based steps, built once per worker process and pass: their caches (column
+# types, holder handles) outlive a single batch.
 _OPS: OrderedDict[tuple[str, int], Callable[[pa.Table], Any]] = OrderedDict()
 _MAX_OPS = 32
 
@@ -258,29 +227,20 @@ def _op(shipped: _Shipped) -> Callable[[pa.Table], Any]:
 
 def _task_fn(shipped: _Shipped, generator: bool) -> Any:
     """A function for task-based steps, named after the stage (Ray shows it in operator names)."""
-    if generator:
 
-        def expand_task(batch: pa.Table) -> Any:
-            yield from _op(shipped)(batch)
+    def expand_task(batch: pa.Table) -> Any:
+        yield from _op(shipped)(batch)
 
-        fn: Any = expand_task
-    else:
+    def stage_task(batch: pa.Table) -> pa.Table:
+        return _op(shipped)(batch)
 
-        def stage_task(batch: pa.Table) -> pa.Table:
-            return _op(shipped)(batch)
-
-        fn = stage_task
+    fn: Any = expand_task if generator else stage_task
     fn.__name__ = fn.__qualname__ = shipped.name
     return fn
 
 
 def compute_strategy(stage: AnyStage) -> Any:
-    """The strategy Ray Data itself would choose for the user's ``fn`` and arguments.
-
-    Ray's own rule (:func:`compat.compute_strategy`): ``compute`` as given, else
-    ``concurrency`` (an int: tasks for a function, a fixed actor pool for a class; a tuple: an
-    autoscaling pool), else tasks for a function and an autoscaling actor pool for a class.
-    """
+    """The strategy Ray Data itself would choose for the user's ``fn`` and arguments."""
     call, compute = stage.call, stage.compute
     return compat.compute_strategy(
         call.fn if call.fn is not None else _no_fn,
@@ -329,11 +289,7 @@ def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped, planned: S
 
 
 def in_one_piece(ds: ray.data.Dataset, stage: AnyStage) -> ray.data.Dataset:
-    """``ds`` (whose last step runs ``stage`` as tasks) with each output block in one chunk a column.
-
-    Fused by Ray into the stage's own task: the same strategy and resources (see
-    :mod:`lineage_data._core.physical.one_piece`).
-    """
+    """``ds`` with each output block in one chunk a column, fused into ``stage``'s own tasks."""
     return ds.map_batches_internal(
         one_piece,
         batch_format="pyarrow",
@@ -364,11 +320,8 @@ def one_piece(table: pa.Table) -> pa.Table:
 def source_dataset(plan: Plan, client: Client) -> ray.data.Dataset:
     """The level-0 rows of ``plan`` with their lineage columns (excluded roots left out).
 
-    Sources that know their roots up front (items, files) need no registration: the driver expects
-    them. A Ray Dataset source registers the ids of each block with ``client`` as it reads them,
-    idempotently per block (a retried source task registers the same block again). A flat plan's
-    client registers nothing (a :class:`~lineage_data._ray.typestore.TypeStore`): its rows are tagged
-    with their block instead, and the consumer's ledger refuses duplicate ids.
+    A Ray Dataset source registers each block's ids with a coordinator as it reads them (a retried
+    task registers the same block again); a flat plan's rows are tagged with their block instead.
     """
     match plan.source:
         case ItemsSource() as src:
@@ -391,27 +344,24 @@ def source_dataset(plan: Plan, client: Client) -> ray.data.Dataset:
 
 
 def _items_dataset(plan: Plan, src: ItemsSource) -> ray.data.Dataset:
-    table = src.rows(plan.select(src.roots))  # from_items converted the rows, checked their roots
+    table = src.rows(plan.select(src.roots))
     per_block = physical_source.items_per_block(table.num_rows)
     tables = [table.slice(j, per_block) for j in range(0, table.num_rows, per_block)]
-    # Not from_arrow: it asks a remote task per table for the metadata the driver has in hand (64
-    # tasks, 0.27 s before the first row of every run; 0.9 s while the workers start, measured).
+    # Not from_arrow: it asks a remote task per table for the metadata the driver has (0.27 s).
     return ray.data.from_blocks(tables or [C.empty()])
 
 
 def source_block_rows(plan: Plan) -> int:
     """Rows in the smallest level-0 block, where known exactly before the run; 0 when not.
 
-    As :func:`lineage_data._core.physical.source_blocks.source_block_rows`, where a Ray Dataset held
-    in memory (``from_items``, ``from_arrow``, a materialized one) tells from the block metadata Ray
-    keeps in its plan (nothing runs), unless a block is over Ray's target block size (Ray may split
-    it as it passes). A lazy read (its blocks are known only as they come): 0.
+    A Ray Dataset held in memory tells from its block metadata, unless a block is over Ray's target
+    block size (Ray may split it); a lazy read: 0.
     """
     return physical_source.source_block_rows(plan, _in_memory_block_rows)
 
 
 def _in_memory_block_rows(ds: ray.data.Dataset) -> int:
-    blocks = compat.in_memory_blocks(ds)  # None: another Ray version (a sizing hint only)
+    blocks = compat.in_memory_blocks(ds)
     if blocks is None:
         return 0
     limit = ds.context.target_max_block_size
@@ -424,8 +374,7 @@ def _in_memory_block_rows(ds: ray.data.Dataset) -> int:
 def _ray_dataset(plan: Plan, src: RaySource, client: RootRegistry | None) -> ray.data.Dataset:
     """The user's dataset with lineage columns; ``client`` None: tagged, not registered (flat plan)."""
     id_column = src.id_column
-    # The closure travels with every source task: it must not hold the plan, whose source is the
-    # user's Dataset (its block refs and schemas: ~200 KB and 10 ms to unpickle per task, measured).
+    # The closure travels with every source task: it must not hold the user's Dataset (~200 KB).
     roots = Plan(src.stripped(), exclude=plan.exclude, only=plan.only)
     restricted = bool(plan.exclude) or plan.only is not None
 
@@ -441,8 +390,7 @@ def _ray_dataset(plan: Plan, src: RaySource, client: RootRegistry | None) -> ray
             client.register_roots(ids, name)
         return table.filter(roots.kept(ids)) if restricted else table
 
-    # Datasets derived from the user's share its DataContext: ours gets a copy, so the settings and
-    # execution callbacks the run puts on it never reach the user's own dataset.
+    # Our settings and execution callbacks must not reach the user's dataset's (shared) DataContext.
     source = compat.deep_copy(src.dataset)
     source = source if plan.limit is None else source.limit(plan.limit)
     return source.map_batches(inject_roots, batch_format="pyarrow", batch_size=None)
@@ -451,11 +399,9 @@ def _ray_dataset(plan: Plan, src: RaySource, client: RootRegistry | None) -> ray
 def _block_name(ids: pa.StringArray) -> str:
     """A source block's name: the same when Ray runs its task again, another for any other block.
 
-    The task's index in its operator (Ray passes the same context to a retried task) and the ids'
-    digest: two blocks with the same ids are duplicates when they come from different tasks (two
-    such blocks of one task cannot be told from a re-run of it).
+    The task's name and the ids' digest: blocks with the same ids from two tasks are duplicates.
     """
-    task = compat.map_task_name()  # None where Ray moved it: the digest alone
+    task = compat.map_task_name()
     return (f"{task}:" if task is not None else "") + ids_digest(ids)
 
 
@@ -468,7 +414,7 @@ def _tag(name: str) -> int:
 
 
 def _materialized_dataset(plan: Plan, src: MaterializedSource) -> ray.data.Dataset:
-    """The kept blocks: terminal rows as new roots (level 0), or the rows of an open level as kept."""
+    """The kept blocks: terminal rows as new roots (level 0), or an open level's rows as kept."""
     ds = ray.data.from_arrow_refs(list(src.refs))
     restricted = plan.exclude or plan.only is not None or plan.limit is not None
     if not restricted and not src.level:
@@ -491,22 +437,17 @@ def lower(
     client: Client,
     holder_sets: dict[int, Any],
     *,
-    rows_per_block: int | None = None,
     keep_parents: bool = False,
 ) -> ray.data.Dataset:
     """The whole plan as a lazy Ray Dataset; its last step also reports terminal rows.
 
-    ``holder_sets`` maps the index of every reduce stage to its group holders. Stages a materialized
-    source's rows have been through already (``plan.done``) are not run again. ``keep_parents``: an
-    open level's group headers keep their parent rows (a run materialized to be continued).
+    ``holder_sets``: each reduce stage's group holders, by index. ``keep_parents``: an open level's
+    group headers keep their parent rows.
     """
     ds = source_dataset(plan, client)
     ds.context.raise_original_map_exception = True
     physical = physical_plan(
-        plan,
-        source_block_rows=source_block_rows(plan),
-        rows_per_block=rows_per_block,
-        keep_parents=keep_parents,
+        plan, source_block_rows=source_block_rows(plan), keep_parents=keep_parents
     )
     shipped = plan.for_workers()  # stage closures must not carry the source rows to every task
 

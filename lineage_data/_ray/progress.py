@@ -1,8 +1,4 @@
-"""The progress line of a run: documents done, written, in flight, rate and ETA, as whole lines.
-
-One line whenever the counts moved, every ``LINEAGE_DATA_PROGRESS_INTERVAL_S`` seconds; on a
-terminal printed above Ray Data's operator bars, the way Ray prints its log lines there.
-"""
+"""The progress line of a run: documents done, written, in flight, rate and ETA, as whole lines."""
 
 from __future__ import annotations
 
@@ -15,12 +11,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from lineage_data._ray.compat import ray_bars_hidden, wrap_ray_console_emit
+
 
 def _progress_enabled() -> bool:
-    """A parents bar is drawn where Ray Data draws its own bars (a terminal, bars enabled).
-
-    ``LINEAGE_DATA_PROGRESS=0`` turns it off, ``=1`` on.
-    """
+    """Progress is drawn where Ray Data draws its bars, unless ``LINEAGE_DATA_PROGRESS`` says."""
     flag = os.environ.get("LINEAGE_DATA_PROGRESS")
     if flag is not None:
         return flag not in ("0", "", "false")
@@ -32,13 +27,9 @@ def _progress_enabled() -> bool:
 class _Progress(threading.Thread):
     """Parents committed, failed and in flight, as whole lines: one whenever the counts moved.
 
-    Every ``LINEAGE_DATA_PROGRESS_INTERVAL_S`` seconds (5 on a terminal, 30 elsewhere) while the
-    counts move, once the first parent is in flight, and once at the end. A line, not a bar: a bar is
-    an unfinished line, and other writers share the stream. Ray's C++ core worker writes its log lines
-    straight to fd 2 (glued to the bar's text in a log file or CI), and on a terminal a bar of ours
-    beside Ray Data's operator bars either sat under one of them (the same position) or, placed below
-    them, left a copy of itself above them at each redraw (seen in tmux). On a terminal each line is
-    printed above Ray Data's bars, the way Ray prints log lines there.
+    Every ``LINEAGE_DATA_PROGRESS_INTERVAL_S`` seconds (5 on a terminal, 30 elsewhere), and once at
+    the end. A line, not a bar: other writers share the stream (Ray's core worker writes to fd 2),
+    and a bar beside Ray Data's bars was drawn over. On a terminal each line goes above Ray's bars.
     """
 
     def __init__(self, progress: Callable[[], dict[str, int]]) -> None:
@@ -86,12 +77,7 @@ class _Progress(threading.Thread):
 
 
 def progress_text(p: dict[str, int]) -> str:
-    """The counts of a progress line: documents done (reduced) and written apart, in flight.
-
-    >>> progress_text({"done": 7, "failed": 1, "total": 30, "in_flight_parents": 4,
-    ...                "written": 5, "shards": 2})
-    'lineage: 7 of 30 documents done (1 failed), 5 written in 2 shards, 4 in flight'
-    """
+    """The counts of a progress line: documents done (reduced) and written apart, in flight."""
     total = f" of {p['total']}" if p.get("total") else ""
     text = f"lineage: {p['done']}{total} documents done ({p['failed']} failed)"
     if "written" in p:
@@ -110,18 +96,13 @@ def _pace(p: dict[str, int], elapsed: float) -> str:
 
 
 class _LogLinesAboveBars:
-    """While a bar is drawn, Ray's log lines on the terminal are printed above the bars.
+    """Until :meth:`close`, Ray's log lines on the terminal are printed above the bars.
 
-    Ray's own console handlers (loggers ``ray`` and ``ray.data``) write straight to the stream, so
-    a line such as "Dataset ... execution finished" was appended to the lineage bar's line (seen in
-    tmux). Ray's progress bars have their own way to step aside (``tqdm_ray``'s hide/unhide, which
-    Ray applies to ``print`` only; plain tqdm's ``external_write_mode``): each console handler's
-    ``emit`` is wrapped in it until :meth:`close`.
+    Ray's console handlers write straight to the stream, over the bars; each one's ``emit`` steps
+    the bars aside (as Ray does for ``print`` only).
     """
 
     def __init__(self) -> None:
-        from lineage_data._ray.compat import wrap_ray_console_emit
-
         self.close = wrap_ray_console_emit(self._aside)
 
     @staticmethod
@@ -139,8 +120,6 @@ def _bars_hidden() -> Iterator[None]:
     from ray.data import DataContext
 
     if DataContext.get_current().use_ray_tqdm:
-        from lineage_data._ray.compat import ray_bars_hidden
-
         with ray_bars_hidden():
             yield
         return

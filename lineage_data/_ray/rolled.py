@@ -1,17 +1,10 @@
 """Writes that roll their files by rows, bytes or age: the driver cuts, Ray tasks write.
 
-Ray Data's own write bundles blocks by row count and waits for it, so a job smaller or slower than
-one file's rows writes everything at its end (see :mod:`lineage_data._core.rolling`). Here the driver
-takes the output stream as block *references* with their sizes (:func:`compat.output_blocks`: no
-row passes through the driver), cuts them with a :class:`~lineage_data._core.rolling.Roller`, and
-starts one write task per cut; a background thread reads the stream, so a file is cut on time even
-while no block arrives. A write task fetches its blocks from the object store and runs the
-:class:`~lineage_data._ray.sinks.AccountedSink` as a Ray Data write task would; its result (the
-lineage of the rows it wrote) is accounted as soon as it returns.
-
-Faults: Ray retries a write task whose worker died, on the same pieces; the sink commits a file
-exactly once (for shards: the manifest entry named after the file's roots). A failed task fails the
-write, as a Ray Data write does.
+Ray Data's own write waits for a file's rows (see :mod:`lineage_data._core.rolling`). Here the
+driver cuts the stream of block *references* (:func:`compat.output_blocks`, read by a background
+thread so a file is cut on time) with a :class:`~lineage_data._core.rolling.Roller` and starts one
+write task per cut, running the :class:`~lineage_data._ray.sinks.AccountedSink`; each result is
+accounted as it returns. Ray retries a write task whose worker died; the sink commits a file once.
 """
 
 from __future__ import annotations
@@ -47,10 +40,7 @@ def _write(sink: Any, pieces: list[tuple[Any, int, int]], index: int) -> Any:
 
 
 def _feed(blocks: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
-    """Put each output block of the stream (``(ref, rows, bytes)``) on ``out``, then the end.
-
-    Stops (and closes the stream, which stops Ray Data's executor) once ``stop`` is set.
-    """
+    """Put each output block of the stream on ``out``, then the end; close it once ``stop`` is set."""
 
     def put(item: Any) -> bool:
         while not stop.is_set():
@@ -85,7 +75,6 @@ class RolledWrite:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._sink = sink
         self._policy = policy
         self._account = account  # gets each write task's result as it returns
         self._clock = clock

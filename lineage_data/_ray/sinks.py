@@ -1,8 +1,7 @@
 """Accounting for writes: a Datasink wrapper that hands the driver what each write task wrote.
 
-What reached the consumer is the truth: for a write, that is the write results Ray collects from the
-write tasks. :class:`AccountedSink` writes the user rows with the wrapped sink and returns, beside the
-sink's own result, the lineage columns of the rows written, which the driver feeds to its ledger.
+What reached the consumer is the truth: for a write, the write results. :class:`AccountedSink`
+returns, beside the wrapped sink's result, the lineage of the rows written, for the driver's ledger.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ WRITTEN = "(written)"  # the coordinator's counts of what write tasks wrote (pro
 class AccountedSink(Datasink):
     """Wraps ``inner``: writes the rows a user sees, reports their lineage with the write result.
 
-    The inner sink gets user columns and the public lineage columns (``keep_lineage=False``: committed
-    rows' user columns only). A sink that keeps a dead-letter table may ask for the failing stage too,
-    with a true ``lineage_stage_column`` attribute.
+    The inner sink gets user and public lineage columns (``keep_lineage=False``: user columns only),
+    and the failing stage too if its ``lineage_stage_column`` is true (a dead-letter table).
     """
 
     def __init__(
@@ -60,13 +58,6 @@ class AccountedSink(Datasink):
         """Write the user rows of ``blocks`` with the inner sink; return its result and the lineage."""
         tables = [BlockAccessor.for_block(b).to_arrow() for b in blocks]
         lineage = [t.select([c for c in _LINEAGE if c in t.column_names]) for t in tables]
-        if self.level:
-            tables = [
-                t.filter(pc.is_null(t[C.SIZE])).drop_columns([C.SIZE])
-                if C.SIZE in t.column_names
-                else t
-                for t in tables
-            ]
         tables = [self._visible(t) for t in tables]
         result = self.inner.write([t for t in tables if t.num_rows] or tables[:1], ctx)
         lineage_rows = C.concat(lineage) if lineage else C.empty()
@@ -74,27 +65,22 @@ class AccountedSink(Datasink):
         return result, lineage_rows, time.time()
 
     def _report(self, lineage: pa.Table) -> None:
-        """Tell the coordinator what this write task wrote (for the driver's progress bar).
+        """Tell the coordinator what this write task wrote, for the progress line (closed plans).
 
-        Ray Data hands the write results to the driver only when the whole write is done, so without
-        this the bar stood at 0 for a whole run. One call per write task; a retried task counts again
-        (the bar is a display: the run's figures come from the write results). Closed plans only (at
-        an open level the rows are children, not parents).
+        Ray Data hands the driver the write results only at the end of the write.
         """
         if self.progress is None or self.level or not lineage.num_rows:
             return
         committed = pc.sum(pc.equal(lineage[C.OUTCOME], "PRESENT")).as_py() or 0
-        counts = {
-            "committed": committed,
-            "failed": lineage.num_rows - committed,
-            "shards": 1,
-        }
+        counts = {"committed": committed, "failed": lineage.num_rows - committed, "shards": 1}
         try:
             self.progress.count(WRITTEN, counts)
         except Exception:  # noqa: BLE001 - progress never fails a write
             pass
 
     def _visible(self, table: pa.Table) -> pa.Table:
+        if self.level and C.SIZE in table.column_names:
+            table = table.filter(pc.is_null(table[C.SIZE])).drop_columns([C.SIZE])
         if self.keep_lineage and getattr(self.inner, "lineage_stage_column", False):
             stage = table[C.STAGE] if C.STAGE in table.column_names else None
             table = C.public(table)
@@ -103,11 +89,9 @@ class AccountedSink(Datasink):
 
     def on_write_complete(self, write_result: Any) -> None:
         """Keep the lineage of every write task; give the inner sink its own results."""
-        inner_returns = []
-        for value in write_result.write_returns:
-            inner, lineage, at = value
-            inner_returns.append(inner)
-            self.written.append((lineage, at))
+        returns = write_result.write_returns
+        self.written += [(lineage, at) for _, lineage, at in returns]
+        inner_returns = [inner for inner, _, _ in returns]
         self.inner.on_write_complete(dataclasses.replace(write_result, write_returns=inner_returns))
 
     def on_write_failed(self, error: Exception) -> None:  # noqa: D102
@@ -124,8 +108,7 @@ def accounted(
 ) -> Any:
     """``ds`` whose ``write_datasink`` (used by every Ray ``write_*``) goes through an AccountedSink.
 
-    ``collect`` gets the wrapper once the write is complete; ``progress`` (a coordinator client)
-    hears from every write task.
+    ``collect`` gets the wrapper once the write is complete.
     """
 
     def through(original: Callable[..., Any]) -> Callable[..., None]:

@@ -1,9 +1,7 @@
-"""What the stages' watchdog does to the Ray worker process it runs in (see :mod:`lineage_data._core.guard`).
+"""The stages' watchdog in a Ray worker process (see :mod:`lineage_data._core.guard`).
 
-A call past its ``timeout_s`` ends its process (Ray replaces it and retries the block, which the
-journal then isolates); a hang in native code that holds Python's lock is ended by faulthandler's
-C-level timer, the backstop. Every worker process has its one :data:`WATCHDOG`, given to the
-operators the lowering builds.
+A call past its ``timeout_s`` ends its process (Ray retries the block); a hang in native code
+holding Python's lock is ended by faulthandler's C-level timer, the backstop.
 """
 
 from __future__ import annotations
