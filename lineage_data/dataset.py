@@ -126,11 +126,11 @@ class LineageDataset(Consumers):
             fn,
             name,
             options,
-            on_error,
-            timeout_s,
-            max_crash_retries,
             carry=tuple(carry or ()),
             batch_size=batch_size,
+            on_error=on_error,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
         )
 
     def map_batches(
@@ -165,12 +165,12 @@ class LineageDataset(Consumers):
             fn,
             name,
             options,
-            on_error,
-            timeout_s,
-            max_crash_retries,
             batch_size=batch_size,
             batch_format=batch_format,
             max_retries=max_retries,
+            on_error=on_error,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
         )
 
     def map(
@@ -244,10 +244,10 @@ class LineageDataset(Consumers):
             fn,
             name,
             options,
-            on_error,
-            timeout_s,
-            max_crash_retries,
             on_child_failure=on_child_failure,
+            on_error=on_error,
+            timeout_s=timeout_s,
+            max_crash_retries=max_crash_retries,
         )
 
     # -- column verbs (1:1 stages that keep the lineage columns) --------------------------------
