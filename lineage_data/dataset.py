@@ -331,9 +331,8 @@ class LineageDataset(Consumers):
         """This dataset with execution options.
 
         Args:
-            max_repair_attempts: Repair passes after a fault (default 2): roots that did not reach the
-                consumer are run again, alone; those still missing end FAILED with a ``LostError``
-                cause. 0 turns repair off (lost roots fail at once).
+            max_repair_attempts: Repair passes after a fault (default 2): lost roots run again,
+                alone; those still missing end FAILED with a ``LostError`` cause. 0: no repair.
         """
         plan = self._plan
         if max_repair_attempts is not None:

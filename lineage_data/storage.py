@@ -211,17 +211,17 @@ def classify_s3_error(exc: BaseException) -> str | None:
     if isinstance(exc, LineageError):
         return None
     code = _error_code(exc)
-    names = {type(e).__name__ for e in _chain(exc)}
-    text = str(exc)
+    chain = _chain(exc)
+    names = {type(e).__name__ for e in chain}
     if names & _NO_CREDENTIALS or code in _CREDENTIAL_CODES:
         return "credentials"
     if code in ("NoSuchBucket", "NO_SUCH_BUCKET"):
         return "bucket"
     if code in _DENIED_CODES or (code is None and isinstance(exc, PermissionError)):
         return "denied"
-    if names & _UNREACHABLE or any(isinstance(e, ConnectionError) for e in _chain(exc)):
+    if names & _UNREACHABLE or any(isinstance(e, ConnectionError) for e in chain):
         return "unreachable"
-    if any(marker in text for marker in _UNREACHABLE_TEXT):
+    if any(marker in str(exc) for marker in _UNREACHABLE_TEXT):
         return "unreachable"
     return None
 
