@@ -37,9 +37,8 @@ if TYPE_CHECKING:
     from lineage_data.dataset import LineageDataset
     from lineage_data.report import RunReport
 
-# Loaded on first use: a helper actor or a worker imports ``lineage_data._ray...`` (and so this
-# package) without the user API's dependencies (Ray Data, polars, fsspec): the coordinator module's
-# imports after ``import ray`` took 0.76 s instead of 1.45 s (measured on the 2-core machine).
+# Loaded on first use: a helper actor or a worker imports this package without the user API's
+# dependencies (Ray Data, polars, fsspec); the coordinator's imports took 0.76 s instead of 1.45 s.
 _LAZY = {
     "LineageDataset": "lineage_data.dataset",
     "RunReport": "lineage_data.report",
@@ -96,17 +95,14 @@ def from_items(
 ) -> LineageDataset:
     """Level-0 rows from Python dicts; ``id_column`` names the root id (else the row position).
 
-    The rows are converted to Arrow here, as Ray Data's ``from_items`` does: the dataset keeps that
-    snapshot, and changing the dicts afterwards does not change it. Duplicate ids raise
-    :class:`DuplicateRootError` and a column with the reserved ``_lineage_`` prefix a
-    :class:`PlanError` here, before anything runs.
+    The rows are converted to Arrow here, as Ray Data's ``from_items`` does: changing the dicts
+    afterwards does not change the dataset. Duplicate ids raise :class:`DuplicateRootError` and a
+    column with the reserved ``_lineage_`` prefix a :class:`PlanError` here, before anything runs.
     """
     from lineage_data._core.source import items_table, root_ids
     from lineage_data.dataset import LineageDataset
 
-    # Converted to Arrow here, once: the snapshot the plan keeps (later changes to the caller's
-    # dicts do not reach it), without copying every dict first (a million rows: ~0.5-3 s of
-    # allocation and garbage collection in the driver, measured).
+    # Dicts are not copied first (a million rows: ~0.5-3 s of allocation and GC in the driver).
     rows = [item if type(item) is dict else dict(item) for item in items]
     roots = tuple(root_ids(rows, id_column))
     table = items_table(rows, roots)
@@ -144,7 +140,7 @@ def _known_columns(dataset: Any) -> frozenset[str] | None:
         schema = dataset.schema(fetch_if_missing=False)
     except Exception:  # noqa: BLE001 - an unknown schema only skips the build-time checks
         return None
-    names = getattr(schema, "names", None) if schema is not None else None
+    names = getattr(schema, "names", None)
     return frozenset(names) if names is not None else None
 
 
@@ -162,21 +158,18 @@ def read_files(
 ) -> LineageDataset:
     """One level-0 row per file; the root id (``_lineage_root``) is the file's URI.
 
-    ``paths`` may be files, directories or globs, local or any fsspec URL. ``s3://`` goes through
-    s3fs configured by botocore (``AWS_*`` variables, ``AWS_PROFILE``, shared config files; see
-    :mod:`lineage_data.storage`); pass ``filesystem=`` (fsspec or pyarrow) for anything else. Files
-    are listed now, on the driver; their bytes are read by Ray tasks. Arguments that Ray Data's
-    file readers also take mean what they mean there.
+    ``s3://`` goes through s3fs configured by botocore (see :mod:`lineage_data.storage`). Files are
+    listed now, on the driver; their bytes are read by Ray tasks. Arguments that Ray Data's file
+    readers also take mean what they mean there.
 
     Args:
-        paths: A path or URL, or a list of them.
-        filesystem: The filesystem to list and read with; derived from the first path if None.
-        include_paths: Keep the ``path`` column (the URI). Ray's ``read_binary_files`` adds it only
-            when asked; here it is on by default because it names the input in error messages.
-            False drops it from the user columns; ``_lineage_root`` still holds the URI.
-        columns: The user columns to produce, from ``("path", "size", "bytes")`` (default all of
-            them, less ``path`` when ``include_paths=False``). Without ``"bytes"`` no file is read:
-            ``size`` then comes from the listing.
+        paths: Files, directories or globs, local or any fsspec URL, or a list of them.
+        filesystem: fsspec or pyarrow filesystem to list and read with; else from the first path.
+        include_paths: Keep the ``path`` column (the URI; on by default, unlike Ray, because it
+            names the input in error messages). ``_lineage_root`` holds the URI either way.
+        columns: The user columns, from ``("path", "size", "bytes")`` (default all, less ``path``
+            when ``include_paths=False``). Without ``"bytes"`` no file is read: ``size`` comes
+            from the listing.
         partition_filter: Ray Data's ``PathPartitionFilter``, or ``fn(path) -> bool``; it sees the
             paths as the filesystem lists them (no scheme, e.g. ``bucket/dir/a.pdf``).
         file_extensions: Keep only these extensions (``["pdf"]`` or ``[".pdf"]``, any case).
@@ -184,37 +177,24 @@ def read_files(
         files_per_task: Files each Ray read task reads.
         suffixes: Alias of ``file_extensions``.
 
-    Returns:
-        A level-0 :class:`LineageDataset`.
-
     Raises:
         LineageError: No files are found, a path is missing, or the column options conflict.
-        S3AccessError: S3 refused the listing (wrong credentials); the message names the endpoint
-            and bucket. Refused credentials while Ray tasks read raise it from the run as well.
+        S3AccessError: S3 refused the listing, or the reads in the run (wrong credentials).
     """
-    from lineage_data._ray.datasource import file_columns
+    from lineage_data._ray.datasource import FileSource, file_columns, list_files
     from lineage_data.dataset import LineageDataset
 
     if suffixes is not None and file_extensions is not None:
         raise LineageError("read_files: give file_extensions or its alias suffixes, not both")
-    listing = {
-        "filesystem": filesystem,
-        "file_extensions": file_extensions if suffixes is None else suffixes,
-        "partition_filter": partition_filter,
-        "ignore_missing_paths": ignore_missing_paths,
-    }
     chosen = file_columns(columns, include_paths)
-    return LineageDataset(Plan(_files_source(paths, chosen, files_per_task, **listing)))
-
-
-def _files_source(
-    paths: str | Sequence[str], chosen: tuple[str, ...], files_per_task: int, **listing: Any
-) -> FilesSource:
-    """The source of :func:`read_files`: the files listed now, their ``chosen`` columns read later."""
-    from lineage_data._ray.datasource import FileSource, list_files
-
-    fs, files = list_files(paths, **listing)
-    return FilesSource(
+    fs, files = list_files(
+        paths,
+        filesystem=filesystem,
+        file_extensions=file_extensions if suffixes is None else suffixes,
+        partition_filter=partition_filter,
+        ignore_missing_paths=ignore_missing_paths,
+    )
+    source = FilesSource(
         reader=FileSource(fs, chosen),
         files=tuple(files),
         files_per_task=files_per_task,
@@ -222,16 +202,15 @@ def _files_source(
         roots=tuple(uri for uri, _ in files),
         columns=frozenset(chosen),
     )
+    return LineageDataset(Plan(source))
 
 
 def init(address: str | None = None, **ray_init_kwargs: Any) -> None:
     """Connect to Ray once; optional (the first run does it with no arguments).
 
-    ``address`` (or ``RAY_ADDRESS``) connects to a cluster, which decides its own resources. Else
-    a local instance starts with at least 8 logical CPUs (``num_cpus=max(8, cores)``) unless
-    ``num_cpus`` is given: on a machine with few cores, fractional-CPU actor pools beside 1-CPU
-    task steps otherwise starve each other and the run hangs. The local instance keeps Ray's
-    default token authentication without Ray's warning about it (set ``RAY_AUTH_MODE`` to choose).
+    ``address`` (or ``RAY_ADDRESS``) connects to a cluster; else a local instance starts with
+    ``num_cpus=max(8, cores)`` unless given (see the cluster guide), keeping Ray's token
+    authentication without Ray's warning (``RAY_AUTH_MODE`` chooses).
 
     Args:
         address: Cluster address (``"auto"``, ``"ray://host:10001"`` ...), or ``"local"``.

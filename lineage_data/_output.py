@@ -1,9 +1,7 @@
 """Running a plan and handing over its rows: the consumers and writers of a lineage dataset.
 
-:class:`Consumers` is the half of :class:`~lineage_data.dataset.LineageDataset` that executes: the
-iterators, ``take``/``count``/``to_arrow``, ``materialize``, the writers and ``to_ray``, with the report
-each execution leaves. The other half (:mod:`lineage_data.dataset`) only builds plans. Every consumer
-takes Ray Data's consumer arguments with Ray's meaning and defaults.
+:class:`Consumers` is the half of :class:`~lineage_data.dataset.LineageDataset` that executes; the
+other half only builds plans. Every consumer takes Ray Data's consumer arguments, meaning and defaults.
 """
 
 from __future__ import annotations
@@ -96,10 +94,10 @@ class Consumers:
         return self.report().summary()
 
     # -- execution ------------------------------------------------------------------------------
-    def _execution(self) -> Any:
+    def _execution(self, **options: Any) -> Any:
         from lineage_data._ray.execute import Execution
 
-        return Execution(self._plan, on_report=self._set_report)
+        return Execution(self._plan, on_report=self._set_report, **options)
 
     def _set_report(self, report: RunReport) -> None:
         self._last_run = report
@@ -109,11 +107,10 @@ class Consumers:
     ) -> Iterator[pa.Table]:
         """Accounted output blocks as a user sees them. Nothing starts before the first ``next``."""
         if self._kept is not None:
-            for table in self._kept.tables():
-                yield C.public(table, keep_lineage=keep_lineage)
-            return
-        execution = self._execution()
-        for table in execution.iter_tables(prefetch_batches=prefetch_batches):
+            tables = self._kept.tables()
+        else:
+            tables = self._execution().iter_tables(prefetch_batches=prefetch_batches)
+        for table in tables:
             yield C.public(table, keep_lineage=keep_lineage)
 
     def iter_batches(
@@ -251,12 +248,9 @@ class Consumers:
     def materialize(self) -> LineageDataset:
         """Run once and keep the output in the Ray object store.
 
-        Returns a lineage dataset that every consumer reads again without re-running (its
-        :meth:`report` is this run's), and that can be continued with more stages. A closed plan's
-        rows are the new source (failed roots stay failed). At an open level the plan goes on where
-        it was: ``expand -> map_batches(model) -> materialize()`` can then be reduced, filtered or
-        mapped further, as often as wanted, without running the model again; the outcomes and the
-        report are those of the whole plan run at once.
+        Every consumer reads the result again without re-running (its :meth:`report` is this
+        run's), and it can be continued with more stages, at an open level too (failed roots stay
+        failed; see the expand/reduce guide).
 
         Example:
             >>> import lineage_data as ld
@@ -291,10 +285,9 @@ class Consumers:
         """:meth:`materialize` at an open level: every row kept, headers and parent rows included."""
         import ray
 
-        from lineage_data._ray.execute import Execution
         from lineage_data.dataset import LineageDataset
 
-        execution = Execution(self._plan, on_report=self._set_report, keep_parents=True)
+        execution = self._execution(keep_parents=True)
         refs, stand_ins = [], []
         for rows, extra in execution.iter_kept():
             if rows.num_rows:
@@ -321,10 +314,7 @@ class Consumers:
         return LineageDataset(continued, kept=kept)
 
     def _delivered(self, report: RunReport) -> tuple[str, ...]:
-        """The roots a run delivered, in source order where the source names its roots.
-
-        (So that ``take(n)`` of a materialized run picks the same ``n`` roots as of the plan.)
-        """
+        """The roots a run delivered, in source order if named (``take(n)`` picks the same roots)."""
         roots = tuple(report.parents["root"].to_list())
         named = self._plan.source.roots
         if named is None:
@@ -359,9 +349,8 @@ class Consumers:
         With ``rows_per_write``, ``max_bytes_per_write`` or ``max_write_interval_s`` the output is
         cut into write tasks as a streaming file sink rolls its files: a task gets exactly
         ``rows_per_write`` rows, or fewer when its rows reach ``max_bytes_per_write`` bytes or its
-        first row is ``max_write_interval_s`` seconds old, whichever comes first. The driver cuts
-        block references, never rows (:mod:`lineage_data._ray.rolled`); ``kwargs`` (Ray Data's
-        write options) apply only without these three.
+        first row is ``max_write_interval_s`` seconds old. ``kwargs`` (Ray Data's write options)
+        apply only without these three.
         """
         if rows_per_write is None and max_bytes_per_write is None and max_write_interval_s is None:
             self._write(lambda ds: ds.write_datasink(datasink, **kwargs), keep_lineage)
@@ -371,45 +360,35 @@ class Consumers:
         policy = RollingPolicy(rows_per_write, max_bytes_per_write, max_write_interval_s)
         if self._kept is not None:  # already accounted and materialized: cut by rows only
 
-            def prepare(ds: Any) -> Any:
-                if rows_per_write is None:
-                    return ds
-                return ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
+            def write(ds: Any) -> None:
+                if rows_per_write is not None:
+                    ds = ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
+                ds.write_datasink(datasink)
 
-            self._write(lambda ds: ds.write_datasink(datasink), keep_lineage, prepare)
+            self._write(write, keep_lineage)
             return
         self._execution().write_rolled(datasink, policy, keep_lineage=keep_lineage)
 
-    def _write(
-        self,
-        action: Callable[[Any], Any],
-        keep_lineage: bool,
-        prepare: Callable[[Any], Any] | None = None,
-    ) -> None:
+    def _write(self, action: Callable[[Any], Any], keep_lineage: bool) -> None:
         if self._kept is not None:  # already accounted: a plain Ray write of what a consumer sees
             ds = self._kept.dataset().map_batches(
-                _public_batch, fn_kwargs={"keep_lineage": keep_lineage}, batch_format="pyarrow"
+                C.public, fn_kwargs={"keep_lineage": keep_lineage}, batch_format="pyarrow"
             )
-            action(prepare(ds) if prepare else ds)
+            action(ds)
             return
-        self._execution().write(action, prepare=prepare, keep_lineage=keep_lineage)
+        self._execution().write(action, keep_lineage=keep_lineage)
 
     def to_ray(self) -> ray.data.Dataset:
         """The lowered, lazy Ray Data Dataset (public lineage columns + user columns).
 
-        Its helper actors start with this call and stop when its one execution ends (or when the
-        dataset is garbage collected unexecuted). Lineage accounting (repair, the report) is only
-        done by this class's own consumers.
+        Its helper actors start with this call and stop when its one execution ends (or when it is
+        garbage collected unexecuted). Only this class's consumers do repair and the report.
         """
         if self._kept is not None:
-            return self._kept.dataset().map_batches(_public_batch, batch_format="pyarrow")
+            return self._kept.dataset().map_batches(C.public, batch_format="pyarrow")
         from lineage_data._ray.execute import detached_dataset
 
         return detached_dataset(self._plan)
-
-
-def _public_batch(batch: pa.Table, keep_lineage: bool = True) -> pa.Table:
-    return C.public(batch, keep_lineage=keep_lineage)
 
 
 def _check_format(batch_format: str | None) -> None:

@@ -1,13 +1,7 @@
 """The public facade: :class:`LineageDataset`, an immutable lineage plan with Ray Data's verbs.
 
-Stage verbs take Ray Data 2.60's arguments with Ray's meaning and defaults (``compute=``,
-``concurrency=``, ``batch_format``, ``fn_args``/``fn_kwargs``, ``fn_constructor_args``/
-``fn_constructor_kwargs``, ``num_cpus``/``num_gpus``/``memory`` and Ray's named remote arguments);
-consumers take Ray's consumer arguments. What differs is written in each docstring: a row is a root's
-row or a child's row, and every source root ends as exactly one output row at level 0.
-
-This module builds plans; what runs them (the consumers, the writers, ``materialize``) is the
-base class :class:`~lineage_data._output.Consumers`.
+This module builds plans; what runs them (consumers, writers, ``materialize``) is the base class
+:class:`~lineage_data._output.Consumers`.
 """
 
 from __future__ import annotations
@@ -38,12 +32,7 @@ from lineage_data._core.stages import (
     Reduce,
     from_options,
 )
-from lineage_data._output import (  # noqa: F401 - importable from here as before
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_TAKE,
-    Consumers,
-    _Kept,
-)
+from lineage_data._output import Consumers, _Kept
 from lineage_data._ray.column_verbs import Columns, Predicate, Rename, WithColumn
 from lineage_data.report import RunReport
 
@@ -85,32 +74,33 @@ class LineageDataset(Consumers):
         return self._plan.level
 
     def _then(
-        self, cls: type[AnyStage], fn: Any, name: str | None, ray: Mapping[str, Any], **own: Any
+        self,
+        cls: type[AnyStage],
+        fn: Any,
+        name: str | None,
+        ray: Mapping[str, Any],
+        on_error: OnError,
+        timeout_s: float | None = None,
+        max_crash_retries: int = DEFAULT_MAX_CRASH_RETRIES,
+        **own: Any,
     ) -> LineageDataset:
-        if "timeout_s" in own:
-            own["timeout_s"] = _timeout(fn, own["timeout_s"])
         call, compute = from_options(fn, ray)
         stage = cls(
             name=name or self._plan.unique_name(fn, cls.kind),
             level=self._plan.level,
             call=call,
             compute=compute,
+            on_error=on_error,
+            timeout_s=_timeout(fn, timeout_s),
+            max_crash_retries=max_crash_retries,
             **own,
         )
         return LineageDataset(self._plan.then(stage))
 
     # -- stages ---------------------------------------------------------------------------------
-    # Every stage verb also takes Ray Data's arguments (RayOptions: compute, concurrency, fn_args,
-    # fn_kwargs, fn_constructor_args, fn_constructor_kwargs, num_cpus, num_gpus, memory and Ray's
-    # other remote arguments), with Ray's meaning and defaults. And two of ours for inputs that
-    # crash or hang the process under a stage (see lineage_data._core.guard): ``max_crash_retries``
-    # (a block whose worker died is isolated; a row, parent or group that has killed its worker
-    # max_crash_retries + 1 times, at least once alone, ends FAILED with WorkerCrashedError) and
-    # ``timeout_s`` (a call of the function
-    # on one batch, row or group, or the wait for an expansion's next child, that takes longer ends
-    # its process; the input fails with TimeoutError; on Ray only). ``timeout_s=None`` takes the
-    # function's own ``default_timeout_s`` where it has one (the connectors' PDF and video
-    # functions do), ``math.inf`` none at all.
+    # Every stage verb also takes Ray Data's arguments (RayOptions) with Ray's meaning and
+    # defaults, and ``max_crash_retries``/``timeout_s`` for inputs that crash or hang the process
+    # under a stage (lineage_data._core.guard; docs/guide/fault-tolerance.md).
     def expand_lineage(
         self,
         fn: Callable[..., Iterable[dict]] | type,
@@ -127,10 +117,9 @@ class LineageDataset(Consumers):
 
         Like Ray's ``flat_map``, with order and a parent kept: children are numbered in the order ``fn``
         yields them. ``carry`` names parent columns copied to every child and given back to the
-        parent at reduce. Binary parent columns (file bytes) are released after expansion unless
+        parent at reduce; binary parent columns (file bytes) are released after expansion unless
         carried. A raising ``fn`` makes the parent FAILED (``on_error="raise"`` stops the run
-        instead); zero children make an empty group, not a lost parent. ``compute``/``concurrency``
-        and the resource arguments mean what they mean for Ray's ``flat_map``.
+        instead); zero children make an empty group, not a lost parent.
         """
         return self._then(
             Expand,
@@ -159,13 +148,12 @@ class LineageDataset(Consumers):
     ) -> LineageDataset:
         """A 1:1 batch stage, as Ray's ``map_batches``; ``fn`` sees the user columns of PRESENT rows.
 
-        Arguments mean what they mean in Ray Data 2.60: no ``compute`` runs a function as tasks and a
-        callable class on an autoscaling actor pool; ``batch_format="default"`` is a dict of numpy
-        arrays; ``batch_size=None`` takes whole blocks (give one when asking for GPUs). Batches mix
-        rows of many parents. A row's output value may be :class:`~lineage_data.RecordFailure` or
-        :class:`~lineage_data.GroupFailure`; a different number of output rows is a
-        :class:`~lineage_data.ContractError`. Under ``on_error="isolate"`` a batch that raises is
-        retried ``max_retries`` times, then halved until the rows that raise fail alone.
+        Arguments mean what they mean in Ray Data 2.60 (give ``batch_size`` when asking for GPUs).
+        Batches mix rows of many parents. A row's output value may be a
+        :class:`~lineage_data.RecordFailure` or :class:`~lineage_data.GroupFailure`; a different
+        number of output rows is a :class:`~lineage_data.ContractError`. Under
+        ``on_error="isolate"`` a batch that raises is retried ``max_retries`` times, then halved
+        until the rows that raise fail alone.
         """
         if options.get("num_gpus") and batch_size is None:
             raise PlanError(
@@ -179,8 +167,8 @@ class LineageDataset(Consumers):
             options,
             batch_size=batch_size,
             batch_format=batch_format,
-            on_error=on_error,
             max_retries=max_retries,
+            on_error=on_error,
             timeout_s=timeout_s,
             max_crash_retries=max_crash_retries,
         )
@@ -199,15 +187,7 @@ class LineageDataset(Consumers):
 
         Same rules as :meth:`map_batches`; a row that raises fails alone under ``on_error="isolate"``.
         """
-        return self._then(
-            MapRows,
-            fn,
-            name,
-            options,
-            on_error=on_error,
-            timeout_s=timeout_s,
-            max_crash_retries=max_crash_retries,
-        )
+        return self._then(MapRows, fn, name, options, on_error, timeout_s, max_crash_retries)
 
     def filter(
         self,
@@ -238,15 +218,7 @@ class LineageDataset(Consumers):
             if any(k.startswith("fn_") for k in options):
                 raise PlanError("filter: fn_args/fn_kwargs/fn_constructor_* need fn, not expr")
             fn = Predicate(expr)
-        return self._then(
-            Filter,
-            fn,
-            name,
-            options,
-            on_error=on_error,
-            timeout_s=timeout_s,
-            max_crash_retries=max_crash_retries,
-        )
+        return self._then(Filter, fn, name, options, on_error, timeout_s, max_crash_retries)
 
     def reduce_lineage(
         self,
@@ -261,16 +233,11 @@ class LineageDataset(Consumers):
     ) -> LineageDataset:
         """Close a level: ``fn(parent, children, *fn_args, **fn_kwargs) -> dict``, children in order.
 
-        ``fn`` may be a callable class, built once per actor with ``fn_constructor_args``/
-        ``fn_constructor_kwargs`` (a tokenizer, a model); ``compute`` and the resource arguments mean
-        what they mean for :meth:`map_batches`. DROPPED children are left out. Any FAILED/SUPPRESSED
-        child makes the parent SUPPRESSED with the first cause; ``on_child_failure="skip"`` reduces
-        the rest and lists the missing ordinals in ``_lineage_missing``. A raising ``fn`` fails that
-        parent (``on_error="raise"`` stops the run). Without ``fn`` every child column becomes an
-        ordered list column. Each parent is emitted the moment its own children are all in: no
-        groupby, no barrier. Given no ``compute`` or resources, a reduce right after a stage on a
-        CPU actor pool runs in that pool's actors (after a GPU stage, as tasks of its own; see the
-        cluster guide, "Resources").
+        DROPPED children are left out. Any FAILED/SUPPRESSED child makes the parent SUPPRESSED with
+        the first cause; ``on_child_failure="skip"`` reduces the rest and lists the missing ordinals
+        in ``_lineage_missing``. A raising ``fn`` fails that parent (``on_error="raise"`` stops the
+        run). Without ``fn`` every child column becomes an ordered list column. Each parent is
+        emitted the moment its own children are all in: no groupby, no barrier.
         """
         return self._then(
             Reduce,
@@ -328,14 +295,9 @@ class LineageDataset(Consumers):
     ) -> LineageDataset:
         # A column verb is a batch stage over Arrow batches that raises on a wrong column name
         # (a typo must stop the run, not fail every row one by one).
+        name = self._plan.unique_name(None, kind)
         return self._then(
-            MapBatches,
-            fn,
-            self._plan.unique_name(None, kind),
-            ray_remote_args,
-            batch_format="pyarrow",
-            on_error="raise",
-            max_retries=0,
+            MapBatches, fn, name, ray_remote_args, "raise", batch_format="pyarrow", max_retries=0
         )
 
     def _check_known(self, names: list[str], verb: str) -> None:
@@ -369,9 +331,8 @@ class LineageDataset(Consumers):
         """This dataset with execution options.
 
         Args:
-            max_repair_attempts: Repair passes after a fault (default 2): roots that did not reach the
-                consumer are run again, alone; those still missing end FAILED with a ``LostError``
-                cause. 0 turns repair off (lost roots fail at once).
+            max_repair_attempts: Repair passes after a fault (default 2): lost roots run again,
+                alone; those still missing end FAILED with a ``LostError`` cause. 0: no repair.
         """
         plan = self._plan
         if max_repair_attempts is not None:
@@ -390,9 +351,8 @@ class LineageDataset(Consumers):
     def explain(self) -> str:
         """The lineage plan as text: levels, stages, carried columns; then its Ray Data steps.
 
-        The steps are the physical plan the run lowers (:mod:`lineage_data._core.physical`): what
-        runs each stage, which reduces run in the actors before them, who cuts the batches. Needs
-        no Ray (but for a ``from_ray`` source, whose blocks Ray's plan knows).
+        The steps say what runs each stage, which reduces run in the actors before them and who
+        cuts the batches. Needs no Ray (but for a ``from_ray`` source).
         """
         plan = self._plan
         if isinstance(plan.source, RaySource):  # Ray is loaded: the source is a Ray Dataset
@@ -429,8 +389,7 @@ class LineageDataset(Consumers):
 def _timeout(fn: Any, timeout_s: float | None) -> float | None:
     """A stage's ``timeout_s``: as given; ``None``: ``fn``'s ``default_timeout_s``; inf: none.
 
-    A connector knows how long its native call may take on a sane input (a PDF page, a video
-    clip) and says so on its function or class; the user's number, or ``math.inf``, wins.
+    A connector knows how long its native call may take on a sane input; the user's number wins.
     """
     if timeout_s is None:
         while isinstance(fn, functools.partial):

@@ -1,11 +1,8 @@
 """Every public exception of lineage_data and its connectors, in one place.
 
-One root, :class:`LineageError`: ``except ld.LineageError`` catches whatever the library raises on
-purpose, and the leaf says why. The classes are also importable from where they are used
-(``lineage_data``, :mod:`lineage_data.storage`, :mod:`lineage_data.connectors.errors`,
-:mod:`lineage_data.connectors.manifest`); they are the same objects.
-
-This module imports nothing but the standard library, so the Ray-free core can raise these:
+One root, :class:`LineageError`, catches whatever the library raises on purpose; the leaf says why.
+The classes are also importable from where they are used (the same objects). This module imports
+only the standard library, so the Ray-free core can raise these:
 
     >>> from lineage_data.exceptions import CorruptInputError, LineageError
     >>> issubclass(CorruptInputError, LineageError)
@@ -14,7 +11,7 @@ This module imports nothing but the standard library, so the Ray-free core can r
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Self
 
 __all__ = [
     "AccountingError",
@@ -65,8 +62,8 @@ class UserCodeError(LineageError):
 class StageFailedError(LineageError):
     """A stage cannot go on for any input (its model server cannot be reached, refuses the key).
 
-    Raised by a stage's own code (the connectors do) to stop the run instead of failing every row
-    one by one; the run raises it with the stage's name in the message. Never retried per row.
+    Raised by a stage's own code to stop the run instead of failing every row one by one; the run
+    raises it with the stage's name in the message.
     """
 
 
@@ -81,8 +78,7 @@ class DuplicateRootError(LineageError):
 class WorkerCrashedError(LineageError):
     """The process running a stage died every time it ran one input (a native crash, an OOM kill).
 
-    The cause of that input's FAILED row (see :mod:`lineage_data._core.guard`); a constructor that
-    crashes every time raises it for the stage instead.
+    The cause of that input's FAILED row; a constructor that crashes every time raises it instead.
     """
 
 
@@ -93,8 +89,7 @@ class AccountingError(LineageError):
 class HelperLostError(LineageError):
     """A helper actor of the library (coordinator, group holder) could not be reached in time.
 
-    Raised when a fault cannot be survived (e.g. the cluster the driver was attached to is gone); the
-    message names the stage that needed the helper.
+    Raised when a fault cannot be survived (e.g. the cluster is gone); names the stage that needed it.
     """
 
 
@@ -105,8 +100,7 @@ class ExecutionError(LineageError):
 class RayCompatError(LineageError):
     """A private Ray symbol the library relies on is gone or changed (a Ray upgrade).
 
-    The message names the touchpoint and the Ray release it was written against; every such
-    touchpoint is in ``lineage_data/_ray/compat.py``.
+    The message names it and the Ray release it was written against (see ``_ray/compat.py``).
     """
 
 
@@ -114,10 +108,7 @@ class RayCompatError(LineageError):
 
 
 class S3AccessError(LineageError, PermissionError):
-    """S3 refused the request: wrong, expired or missing credentials, or no permission.
-
-    The message names the endpoint and the object or bucket, never a secret.
-    """
+    """S3 refused the request (bad or missing credentials, no permission); names endpoint and bucket."""
 
 
 class S3BucketNotFoundError(LineageError, FileNotFoundError):
@@ -130,23 +121,15 @@ class S3ConnectionError(LineageError, ConnectionError):
 
 # -- connectors: inputs a format connector rejects (lineage_data.connectors.errors) ---------------
 
-_E = TypeVar("_E", bound="ConnectorError")
-
 
 class ConnectorError(LineageError):
     """Root of the connector errors: an input a connector cannot turn into rows."""
 
     @classmethod
-    def for_input(cls: type[_E], name: str, cause: str) -> _E:
-        """Build the error with the standard ``"<input>: <cause>"`` message.
+    def for_input(cls, name: str, cause: str) -> Self:
+        """The error (to raise) with the standard ``"<name>: <cause>"`` message.
 
-        Args:
-            name: What names the input, usually from
-                :func:`lineage_data.connectors.errors.input_name`.
-            cause: Why the input was rejected, in a few words.
-
-        Returns:
-            An instance of ``cls``; the caller raises it.
+        ``name`` usually comes from :func:`lineage_data.connectors.errors.input_name`.
         """
         return cls(f"{name}: {cause}")
 

@@ -110,10 +110,7 @@ class RunReport:
         return int(self.extra.get("lost_roots", 0))
 
     def stage_counts(self) -> dict[str, dict[str, int]]:
-        """Per stage, its rows by outcome (``"PRESENT"`` ...) and, for an expansion, ``"children"``.
-
-        The counts :meth:`from_snapshot` was built from (outcomes with no row left out).
-        """
+        """Per stage, its rows by outcome (``"PRESENT"`` ..., none if zero) and ``"children"``."""
         out: dict[str, dict[str, int]] = {}
         for row in self.stages.iter_rows(named=True):
             counts = {o: row[o.lower()] for o in OUTCOME_COLUMNS if row[o.lower()]}
@@ -187,22 +184,12 @@ class RunReport:
                 "plotting needs matplotlib: pip install 'lineage-data[plot]'"
             ) from exc
         fig, ax = plt.subplots(figsize=(8, 4))
-        for outcome, color in (
-            ("PRESENT", "tab:green"),
-            ("FAILED", "tab:red"),
-            ("SUPPRESSED", "tab:orange"),
-        ):
-            times = sorted(
-                self.parents.filter(pl.col("outcome") == outcome)["committed_s"].to_list()
-            )
+        for outcome, color in _TIMELINE_COLORS.items():
+            ended = self.parents.filter(pl.col("outcome") == outcome)
+            times = sorted(ended["committed_s"].to_list())
             if times:
-                ax.step(
-                    times,
-                    range(1, len(times) + 1),
-                    where="post",
-                    color=color,
-                    label=outcome.lower(),
-                )
+                count = range(1, len(times) + 1)
+                ax.step(times, count, where="post", color=color, label=outcome.lower())
         for i, (label, at) in enumerate(sorted((marks or {}).items(), key=lambda m: m[1])):
             ax.axvline(at, color="tab:blue", linestyle="--", linewidth=1)
             ax.annotate(
@@ -230,16 +217,8 @@ def _parents(terminal: Any) -> pl.DataFrame:
     if hasattr(terminal, "to_arrow"):  # a ledger's TerminalRows: columns, no row per root
         parents = pl.DataFrame(terminal.to_arrow(), schema=_PARENT_SCHEMA)
     else:
-        parents = pl.DataFrame(
-            {
-                "root": list(terminal),
-                "outcome": [t[0] for t in terminal.values()],
-                "cause": [t[1] for t in terminal.values()],
-                "stage": [t[2] for t in terminal.values()],
-                "committed_s": [float(t[3]) for t in terminal.values()],
-            },
-            schema=_PARENT_SCHEMA,
-        )
+        rows = [(root, *t[:3], float(t[3])) for root, t in terminal.items()]
+        parents = pl.DataFrame(rows, schema=_PARENT_SCHEMA, orient="row")
     if parents["committed_s"].is_sorted():  # completion order is commit order (usual): no sort
         return parents
     return parents.sort("committed_s", maintain_order=True)  # ties stay in commit order
@@ -251,6 +230,7 @@ _STAGE_SCHEMA = {
     **{o.lower(): pl.Int64 for o in OUTCOME_COLUMNS},
     "children": pl.Int64,
 }
+_TIMELINE_COLORS = {"PRESENT": "tab:green", "FAILED": "tab:red", "SUPPRESSED": "tab:orange"}
 _PARENT_SCHEMA = {
     "root": pl.String,
     "outcome": pl.String,

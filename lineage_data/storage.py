@@ -1,18 +1,7 @@
 """Where files live: one resolver from a path to an fsspec filesystem, and S3 errors that say why.
 
-``read_files``, ``lineage_data.connectors.shards.write_shards`` and the test tooling all call
-:func:`resolve_filesystem`. S3 goes through s3fs, and s3fs through botocore's own configuration:
-``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, the shared
-files (``AWS_CONFIG_FILE``, ``AWS_SHARED_CREDENTIALS_FILE``), ``AWS_ENDPOINT_URL(_S3)``, instance
-roles. Only what botocore lacks is added here: path-style addressing when a custom endpoint is
-configured (a MinIO or SeaweedFS host name has no per-bucket DNS), bounded timeouts and retries,
-uncached listings, and :func:`s3_errors`, which turns a refused request into a one-line
-:class:`S3AccessError` naming the endpoint and the bucket, never a secret.
-
-Credentials are resolved in every process that touches S3 (the driver and each Ray worker): set
-the variables before Ray starts, or pass ``key=``/``secret=`` to :func:`s3_filesystem`.
-
-Nothing here imports Ray:
+S3 goes through s3fs configured by botocore, with what botocore lacks added (:func:`s3_filesystem`;
+see the S3 configuration guide). Nothing here imports Ray:
 
     >>> fs, path = resolve_filesystem("memory://bucket/docs/")
     >>> path
@@ -69,10 +58,8 @@ def _profile_config(profile: str | None) -> tuple[dict[str, Any], dict[str, Any]
 
 
 def _configured_endpoint(options: Mapping[str, Any], config: Any = None) -> str | None:
-    """The endpoint botocore will use for these s3fs options (None: AWS itself).
+    """The endpoint botocore will use for these s3fs options (None: AWS itself), in its order.
 
-    The lookup order is botocore's: an explicit ``endpoint_url``, ``AWS_ENDPOINT_URL_S3``,
-    ``AWS_ENDPOINT_URL``, then the profile's ``services`` section and its ``endpoint_url``.
     ``config`` is :func:`_profile_config`'s answer when the caller has it already.
     """
     explicit = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
@@ -96,19 +83,10 @@ def _configured_endpoint(options: Mapping[str, Any], config: Any = None) -> str 
 def s3_filesystem(**storage_options: Any) -> Any:
     """An ``s3fs.S3FileSystem`` configured by botocore, with the defaults botocore lacks.
 
-    Added unless given: path-style addressing when an endpoint is configured (explicitly, by
-    ``AWS_ENDPOINT_URL``/``AWS_ENDPOINT_URL_S3`` or in the profile) and the profile sets no
-    ``addressing_style``; botocore's standard retry mode with 5 attempts; 10 s connect and 60 s
-    read timeouts; uncached listings (a listing shows what other workers wrote since). Each call
-    builds a new instance, so credentials changed in the environment are read again.
-
-    Args:
-        **storage_options: ``s3fs.S3FileSystem`` arguments (``endpoint_url=``, ``key=``,
-            ``secret=``, ``token=``, ``anon=``, ``profile=``, ``client_kwargs=``,
-            ``config_kwargs=`` ...); they win over the defaults above.
-
-    Returns:
-        The filesystem; it pickles with its options, so Ray workers rebuild the same one.
+    Added unless given: path-style addressing when an endpoint is configured and the profile sets
+    no ``addressing_style``; 5 standard retries; 10 s connect and 60 s read timeouts; uncached
+    listings. Each call builds a new instance (changed credentials are read again); it pickles with
+    its options. ``storage_options`` are ``s3fs.S3FileSystem``'s and win over these defaults.
     """
     try:
         import s3fs
@@ -129,20 +107,13 @@ def s3_filesystem(**storage_options: Any) -> Any:
 
 
 def resolve_filesystem(path: str, filesystem: Any = None) -> tuple[Any, str]:
-    """The filesystem for ``path`` and the path in the form that filesystem expects.
+    """The filesystem for ``path`` and the path as that filesystem expects it (no trailing ``/``).
 
     - an explicit ``filesystem`` (fsspec, or a ``pyarrow.fs.FileSystem``, wrapped in fsspec's
       ``ArrowFSWrapper``) is used as given;
     - ``s3://`` / ``s3a://``: :func:`s3_filesystem`, the path as ``bucket/key``;
     - a local path or ``file://`` URL: the local filesystem and an absolute path;
     - any other URL (``memory://``, ``gs://`` ...): whatever fsspec resolves it to.
-
-    Args:
-        path: A URL or a local path; a trailing ``/`` is dropped.
-        filesystem: Filesystem to use instead of one derived from ``path``.
-
-    Returns:
-        ``(filesystem, path)``.
 
     Raises:
         ValueError: ``path`` is empty.
@@ -171,8 +142,7 @@ def resolve_filesystem(path: str, filesystem: Any = None) -> tuple[Any, str]:
     if "://" not in path or path.startswith("file://"):
         local = LocalFileSystem()
         return local, local._strip_protocol(os.path.expanduser(path))
-    fs, stripped = fsspec.core.url_to_fs(path)
-    return fs, stripped
+    return fsspec.core.url_to_fs(path)
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -212,17 +182,13 @@ def is_s3(fs: Any = None, path: str = "") -> bool:
 
 def _error_code(exc: BaseException) -> str | None:
     """The S3 error code behind ``exc`` (s3fs keeps botocore's ClientError as ``__cause__``)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         response = getattr(current, "response", None)
         if isinstance(response, dict) and response.get("Error", {}).get("Code"):
             return str(response["Error"]["Code"])
         match = _ARROW_CODE.search(str(current))
         if match:
             return match.group(1)
-        current = current.__cause__ or current.__context__
     return None
 
 
@@ -245,17 +211,17 @@ def classify_s3_error(exc: BaseException) -> str | None:
     if isinstance(exc, LineageError):
         return None
     code = _error_code(exc)
-    names = {type(e).__name__ for e in _chain(exc)}
-    text = str(exc)
+    chain = _chain(exc)
+    names = {type(e).__name__ for e in chain}
     if names & _NO_CREDENTIALS or code in _CREDENTIAL_CODES:
         return "credentials"
     if code in ("NoSuchBucket", "NO_SUCH_BUCKET"):
         return "bucket"
     if code in _DENIED_CODES or (code is None and isinstance(exc, PermissionError)):
         return "denied"
-    if names & _UNREACHABLE or any(isinstance(e, ConnectionError) for e in _chain(exc)):
+    if names & _UNREACHABLE or any(isinstance(e, ConnectionError) for e in chain):
         return "unreachable"
-    if any(marker in text for marker in _UNREACHABLE_TEXT):
+    if any(marker in str(exc) for marker in _UNREACHABLE_TEXT):
         return "unreachable"
     return None
 
@@ -315,16 +281,9 @@ def s3_error(exc: BaseException, path: str, fs: Any = None) -> LineageError | No
 def s3_errors(path: str, fs: Any = None) -> Iterator[None]:
     """Raise credential, missing-bucket and connection failures of S3 calls as our errors.
 
-    Inside the block, on an S3 ``path`` or ``fs``, they become :class:`S3AccessError`,
-    :class:`S3BucketNotFoundError` or :class:`S3ConnectionError` (not chained to the original,
-    whose text can hold signed headers); everything else passes through unchanged.
-
-    Args:
-        path: The URL (or ``bucket/key``) being accessed, for the message.
-        fs: The filesystem in use, for the endpoint in the message.
-
-    Yields:
-        Nothing; wrap the S3 calls in the ``with`` block.
+    Inside the block, on an S3 ``path`` (the URL or ``bucket/key`` accessed) or ``fs``, they become
+    :class:`S3AccessError`, :class:`S3BucketNotFoundError` or :class:`S3ConnectionError` (not
+    chained to the original, whose text can hold signed headers); the rest passes through.
     """
     try:
         yield
