@@ -103,12 +103,9 @@ class DetectLines:
         {"line_index": i, "line_count": n, "box": [x0, y0, x1, y1, x2, y2, x3, y3],
          "det_score": float, "crop": bytes, "crop_width": int, "crop_height": int}
 
-    ``box`` holds the four corners (clockwise from top-left) in page pixels, ``crop`` the line cut
-    out of the page (PNG, straightened). The order is
-    :func:`lineage_data.connectors.layout.reading_order`'s XY-cut. A page without text yields
-    nothing. A missing or undecodable ``image`` raises
-    :class:`~lineage_data.connectors.errors.CorruptInputError` (with the page's ``error`` from
-    ``render_pages(..., page_errors="keep")``), which fails that page alone.
+    ``box`` holds the four corners, clockwise from top-left, in page pixels; ``crop`` is the line
+    cut out of the page (PNG, straightened). A page without text yields nothing; a missing or
+    undecodable ``image`` raises :class:`~lineage_data.connectors.errors.CorruptInputError`.
 
     Args:
         device: ``"cpu"`` or ``"cuda"`` (onnxruntime's CUDA provider).
@@ -328,11 +325,6 @@ def _gap_spaces(text: str, centres: list[float], empty: list[bool], height: int)
     A gap is the longest run of ``empty`` (inkless) columns between two characters' ``centres``.
     A space goes between two letters or digits (or a bullet and one) whose gap is wider than
     ``0.16 * height`` and than twice the line's median gap: the median keeps monospace code as read.
-
-    Example:
-        >>> ink = [c != " " for c in "the    mime"]  # one column per letter, a 4-column gap
-        >>> _gap_spaces("themime", [0, 1, 2, 7, 8, 9, 10], [not i for i in ink], 10)
-        'the mime'
     """
     gaps = []
     for a, b in zip(centres, centres[1:], strict=False):

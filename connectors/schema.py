@@ -67,10 +67,9 @@ def conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
 
 
 def merged(stored: pa.Schema, table: pa.Table, *, grow: bool = True) -> pa.Schema | None:
-    """``stored`` with what ``table`` adds (None: nothing).
+    """``stored`` with the types ``table`` knows where it had none, and (``grow``) its new columns.
 
-    The types ``table`` knows where ``stored`` had none yet, and (``grow``) the columns ``stored``
-    lacks, at the end.
+    None when ``table`` adds nothing.
     """
     fields, changed = [], False
     for field in stored:
