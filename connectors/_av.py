@@ -18,16 +18,12 @@ from lineage_data.connectors.errors import (
     sniff_format,
 )
 
-#: The ``timeout_s`` a stage of :func:`~lineage_data.connectors.video.split_clips`,
-#: :func:`~lineage_data.connectors.video.sample_frames` or
-#: :func:`~lineage_data.connectors.video.clip_audio` gets unless it is given one (their
-#: ``default_timeout_s``): no next clip or frame (or no audio statistics for a clip) in this long is
-#: a hang in libav, and that video (or clip) fails with ``TimeoutError`` instead of stalling the
-#: job. ``timeout_s=math.inf`` on the verb turns it off.
+#: The ``timeout_s`` of the video stages unless given one: no next clip or frame in this long is a
+#: hang in libav, and that input fails with ``TimeoutError``. ``timeout_s=math.inf`` turns it off.
 CLIP_TIMEOUT_S = 300.0
 
-_GiB = 1 << 30
-_INSTALL_HINT = "pip install 'lineage-data[video]'"
+GiB = 1 << 30
+INSTALL_HINT = "pip install 'lineage-data[video]'"
 _VIDEO_KINDS = {
     "MP4/QuickTime video",
     "Matroska/WebM video",
@@ -38,18 +34,18 @@ _VIDEO_KINDS = {
     "Ogg media",
 }
 # Timestamps pass through Matroska's millisecond clock; compare times with this slack.
-_EPS = 0.001
+EPS = 0.001
 
 
-def _import_av() -> Any:
+def import_av() -> Any:
     try:
         import av
     except ImportError as exc:
-        raise ImportError(f"the video connector needs PyAV: {_INSTALL_HINT}") from exc
+        raise ImportError(f"the video connector needs PyAV: {INSTALL_HINT}") from exc
     return av
 
 
-def _checked_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | None) -> bytes:
+def checked_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | None) -> bytes:
     """``row[key]`` as ``bytes``, after the checks that need no demuxer."""
     data = input_bytes(row, key, name, max_bytes)
     kind = sniff_format(data)
@@ -63,8 +59,7 @@ def _checked_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | No
 def mp4_truncation(data: bytes) -> str | None:
     """Why an ISO-BMFF (MP4/MOV) file looks cut short, or None if its top-level boxes are whole.
 
-    Walks the top-level boxes: a box that declares more bytes than remain, or a file with no
-    ``moov`` box (the index, which FFmpeg writes last by default), means the file was truncated.
+    A box that declares more bytes than remain, or no ``moov`` box (the index, written last).
 
     Example:
         >>> box = (16).to_bytes(4, "big") + b"ftypisom" + bytes(4)
@@ -92,7 +87,7 @@ def mp4_truncation(data: bytes) -> str | None:
     return None if b"moov" in seen else "no 'moov' box (the index): the file was cut before it"
 
 
-def _open_container(av: Any, data: bytes, name: str, *, require_video: bool = True) -> Any:
+def open_container(av: Any, data: bytes, name: str, *, require_video: bool = True) -> Any:
     """Open ``data`` with FFmpeg, turning refusals into typed errors."""
     try:
         container = av.open(io.BytesIO(data), mode="r")
@@ -114,21 +109,21 @@ def _open_container(av: Any, data: bytes, name: str, *, require_video: bool = Tr
     return container
 
 
-def _seconds(packet: Any) -> float | None:
+def seconds(packet: Any) -> float | None:
     ts = packet.pts if packet.pts is not None else packet.dts
     return None if ts is None else float(ts * packet.time_base)
 
 
-def _packet_seconds(packet: Any) -> float:
+def packet_seconds(packet: Any) -> float:
     return float((packet.duration or 0) * packet.time_base)
 
 
-def _frame_seconds(video: Any) -> float:
+def frame_seconds(video: Any) -> float:
     rate = video.average_rate or video.guessed_rate
     return float(1 / rate) if rate else 0.04
 
 
-def _check_duration(name: str, seconds: float | None, max_seconds: float | None) -> None:
+def check_duration(name: str, seconds: float | None, max_seconds: float | None) -> None:
     if seconds is not None and max_seconds is not None and seconds > max_seconds:
         raise OversizedInputError.for_input(
             name, f"{seconds:.1f} s of video exceed max_seconds={max_seconds}"

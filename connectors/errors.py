@@ -44,9 +44,6 @@ def input_name(row: dict[str, Any], *, kind: str = "input") -> str:
         row: The input row.
         kind: Word used when the row has no path, e.g. ``"pdf"`` gives ``"<pdf of 123 bytes>"``.
 
-    Returns:
-        A short, human-readable name for the input.
-
     Example:
         >>> input_name({"path": "/data/a.pdf", "bytes": b"x"})
         '/data/a.pdf'
@@ -62,18 +59,18 @@ def input_name(row: dict[str, Any], *, kind: str = "input") -> str:
     return f"<{kind}{size}>"
 
 
-_MAGIC: tuple[tuple[int, bytes, str], ...] = (
-    (0, b"\x89PNG\r\n\x1a\n", "PNG image"),
-    (0, b"\xff\xd8\xff", "JPEG image"),
-    (0, b"GIF8", "GIF image"),
-    (0, b"\x1aE\xdf\xa3", "Matroska/WebM video"),
-    (0, b"PK\x03\x04", "ZIP archive"),
-    (0, b"\x1f\x8b", "gzip archive"),
-    (0, b"OggS", "Ogg media"),
-    (0, b"FLV", "FLV video"),
-    (0, b"ID3", "MP3 audio"),
-    (0, b"fLaC", "FLAC audio"),
-    (0, b"\x00\x00\x01\xba", "MPEG-PS video"),
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "PNG image"),
+    (b"\xff\xd8\xff", "JPEG image"),
+    (b"GIF8", "GIF image"),
+    (b"\x1aE\xdf\xa3", "Matroska/WebM video"),
+    (b"PK\x03\x04", "ZIP archive"),
+    (b"\x1f\x8b", "gzip archive"),
+    (b"OggS", "Ogg media"),
+    (b"FLV", "FLV video"),
+    (b"ID3", "MP3 audio"),
+    (b"fLaC", "FLAC audio"),
+    (b"\x00\x00\x01\xba", "MPEG-PS video"),
 )
 _RIFF = {b"WEBP": "WebP image", b"AVI ": "AVI video", b"WAVE": "WAV audio"}
 _IMAGE_BRANDS = (b"heic", b"heix", b"mif1", b"msf1", b"avif", b"avis")
@@ -82,15 +79,11 @@ _IMAGE_BRANDS = (b"heic", b"heix", b"mif1", b"msf1", b"avif", b"avis")
 def sniff_format(data: bytes) -> str:
     r"""Name the file type that ``data`` looks like, from its leading magic bytes.
 
-    Used to say *what* an input is when it is not what a connector expects ("not a PDF (looks like
-    a PNG image)"). Only a handful of common formats are known; anything else is ``"text"`` or
-    ``"unknown binary"``.
+    Says *what* an input is when it is not what a connector expects ("not a PDF (looks like a PNG
+    image)"). Only common formats are known; anything else is ``"text"`` or ``"unknown binary"``.
 
     Args:
         data: The input bytes (only the first 1 KiB is looked at).
-
-    Returns:
-        A short human-readable type name, e.g. ``"PDF document"`` or ``"MP4/QuickTime video"``.
 
     Example:
         >>> sniff_format(b"%PDF-1.7 ...")
@@ -105,8 +98,8 @@ def sniff_format(data: bytes) -> str:
         return "empty"
     if b"%PDF-" in head:
         return "PDF document"
-    for offset, magic, name in _MAGIC:
-        if head.startswith(magic, offset):
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
             return name
     if head.startswith(b"RIFF") and head[8:12] in _RIFF:
         return _RIFF[head[8:12]]
@@ -119,13 +112,7 @@ def sniff_format(data: bytes) -> str:
 
 
 def input_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | None) -> bytes:
-    """``row[key]`` as ``bytes``, after the checks every format shares (present, not empty, not too big).
-
-    Raises:
-        KeyError: The row has no ``key`` column.
-        EmptyInputError: The value is empty.
-        OversizedInputError: The value is larger than ``max_bytes``.
-    """
+    """``row[key]`` as ``bytes``, checked as every format does: present, not empty, not too big."""
     if key not in row:
         raise KeyError(f"{name}: the row has no {key!r} column (columns: {sorted(row)})")
     raw = row[key]
@@ -135,3 +122,17 @@ def input_bytes(row: dict[str, Any], key: str, name: str, max_bytes: int | None)
     if max_bytes is not None and len(data) > max_bytes:
         raise OversizedInputError.for_input(name, f"{len(data)} bytes exceed max_bytes={max_bytes}")
     return data
+
+
+def column_values(batch: Any, column: str, owner: str) -> list[Any]:
+    """``batch[column]`` as a list, for a pyarrow Table/RecordBatch or a dict of lists."""
+    names = column_names(batch)
+    if column not in names:
+        raise KeyError(f"{owner}: the batch has no {column!r} column (columns: {names})")
+    values = batch[column]
+    return values.to_pylist() if hasattr(values, "to_pylist") else list(values)
+
+
+def column_names(batch: Any) -> list[str]:
+    """The column names of a pyarrow Table/RecordBatch or a dict of lists."""
+    return list(batch.column_names) if hasattr(batch, "column_names") else list(batch)

@@ -1,27 +1,19 @@
 """Reading order of text-line boxes on a page: a recursive XY-cut (pure Python, no model).
 
-No package installed here does XY-cut on boxes (the layout packages on PyPI bring their own
-detectors and models), and the algorithm is short: it is written here.
+No installed package does XY-cut on bare boxes (the layout packages bring their own models). A
+region is cut along whitespace bands that cross it whole:
 
-A region of boxes is cut along whitespace bands that cross it whole:
+1. a **gutter** (vertical band) cuts it into columns, left to right, unless the pieces stand side
+   by side over less than 1.5 line heights (a line beside a short label) or one is narrower than
+   a text column beside a clearly wider one (a table's labels beside their values);
+2. a **break** (a horizontal band clearly taller than the page's line spacing) cuts it into
+   blocks, top to bottom; with both, the wider band wins (aligned paragraph gaps of two columns
+   do not cut across the gutter);
+3. else the widest horizontal band(s) cut it into rows.
 
-1. a **gutter**: a vertical band cuts it into columns, left to right (pieces side by side over
-   less than 1.5 line heights are no columns: a line beside a short label is one row; nor is a
-   piece narrower than 10 line heights, a text column's least width, beside one clearly wider:
-   the labels of a table, an option list or a code block stand beside their values, read row
-   by row as the text layer has them);
-2. a **break**: a horizontal band clearly taller than the page's line spacing (a title above
-   columns, a footer below them, a paragraph gap in one column) cuts it into blocks, top to
-   bottom. When a region has both, the wider band wins: the paragraph gaps of two columns that
-   happen to line up do not cut across the gutter, and a title that spans the gutter leaves no
-   gutter to cut;
-3. else the widest horizontal band(s) cut it into rows, top to bottom.
-
-A region that is one text line (its boxes overlap vertically and span about one line height)
-is a **row**, read left to right. A region that none of the cuts splits (skewed lines that
-overlap) falls back to rows by box centre, top to bottom, each left to right. Boxes may overlap
-by up to 20 % of the median line height and still be cut apart. Every decision depends on the
-geometry only (ties by coordinates), so the result does not depend on the input order.
+A region one line high is a **row**, read left to right; a region no cut splits (skewed lines)
+falls back to rows by box centre. Boxes may overlap by 20 % of the median line height and still
+be cut apart. Ties break by coordinates, so the result does not depend on the input order.
 """
 
 from __future__ import annotations
@@ -68,8 +60,7 @@ def reading_order(boxes: Sequence[Box]) -> list[int]:
 def text_rows(boxes: Sequence[Box]) -> list[list[int]]:
     """The text rows of ``boxes`` in reading order, each row's indices left to right.
 
-    Two boxes share a row when the XY-cut ends with them in one line-high region: a line the
-    detector split in two. Lines of two columns at the same height are two rows.
+    Two boxes of one line (that the detector split) share a row; lines of two columns do not.
 
     Example:
         >>> text_rows([(50, 1, 90, 11), (0, 0, 40, 10), (0, 20, 90, 30)])
@@ -138,13 +129,7 @@ class _Page:
         return bottom - top > 0 and extent < tallest + self.height / 2
 
     def _columns(self, region: list[int]) -> tuple[list[list[int]], float] | None:
-        """The region cut at its gutters and the widest gutter's width, or None.
-
-        Pieces side by side over no more than ``_COLUMN`` line heights are not columns but one
-        text line with a wide space (a line beside a short label), nor is a piece narrower than
-        ``_COLUMN_WIDTH`` line heights beside one clearly wider (a table's labels beside their
-        values): they stay together and the rows cut them.
-        """
+        """The region cut at its gutters (module docstring, 1.) and the widest gutter, or None."""
         gaps = self._gaps(region, axis=0)
         pieces = self._split(region, gaps, axis=0) if gaps else None
         if pieces is None:
@@ -193,10 +178,7 @@ class _Page:
     def _split(
         self, region: list[int], gaps: list[tuple[float, float]], *, axis: int
     ) -> list[list[int]] | None:
-        """The region cut at the gaps' positions, pieces in increasing coordinate order.
-
-        None when every box fell on one side (only boxes thinner than the tolerance can).
-        """
+        """The region cut at the gaps, in coordinate order; None if every box fell on one side."""
         cuts = sorted(where for _, where in gaps)
         pieces: list[list[int]] = [[] for _ in range(len(cuts) + 1)]
         for i in region:

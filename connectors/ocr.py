@@ -1,40 +1,19 @@
 """OCR connector: page images -> ordered text lines -> recognized text, with RapidOCR (PP-OCRv4).
 
-The model is `rapidocr-onnxruntime <https://github.com/RapidAI/RapidOCR>`_, whose wheel carries
-PP-OCRv4's detection, angle-classification and recognition ONNX weights: nothing is downloaded.
-Everything model-specific (image loading, resizing, the DB detector's post-processing, the
-perspective crops, the recognizer's batching and CTC decoding) is the
-package's own code; the reading order is :mod:`lineage_data.connectors.layout`'s XY-cut (RapidOCR's own
-``sorted_boxes`` reads across the columns of a two-column page). This module turns it into
-lineage stages:
+`rapidocr-onnxruntime <https://github.com/RapidAI/RapidOCR>`_'s wheel carries PP-OCRv4's ONNX
+weights and all the model-specific code; the reading order is
+:mod:`lineage_data.connectors.layout`'s XY-cut (RapidOCR's own reads across two columns).
+:class:`DetectLines` is a second-level **expand** (a page in, its lines out),
+:class:`RecognizeLines` a 1:1 **batch UDF** (one recognizer call per batch), and :func:`page_text`
+and :func:`document_text` the reducers; the OCR connector guide shows the pipeline::
 
-* :class:`DetectLines` is a second-level **expand**: one page row (``image`` bytes) in, its text
-  lines out as ordered children (reading order), each with its crop, box and detection score.
-* :class:`RecognizeLines` is a 1:1 **batch UDF** for ``map_batches``: the crops of one batch,
-  from many pages and documents, go to the recognizer in one call.
-* :func:`page_text` (lines -> page) and :func:`document_text` (pages -> document, text and
-  markdown with page markers) are the reducers.
-
-The three-level pipeline::
-
-    docs = ld.read_files("s3://corpus/scans/")
     pages = docs.expand_lineage(render_pages, fn_kwargs={"dpi": 150, "page_errors": "keep"})
     lines = pages.expand_lineage(DetectLines, compute=ray.data.ActorPoolStrategy(size=2))
-    text = lines.map_batches(RecognizeLines, batch_size=64, compute=ray.data.ActorPoolStrategy(size=2))
+    text = lines.map_batches(RecognizeLines, compute=ray.data.ActorPoolStrategy(size=2))
     out = text.reduce_lineage(page_text).reduce_lineage(document_text)
 
-Bad input stays with its root: a page without text has zero lines (an empty group; its text is
-""), a crop the recognizer cannot decode fails that line (:class:`RecordFailure`), and a page row
-that has no decodable image fails that page (:class:`~lineage_data.connectors.errors.CorruptInputError`).
-
-Each callable class builds its ONNX sessions once (per actor, or per task of a task pool). The
-``device`` option picks onnxruntime's provider: ``"cpu"``, or ``"cuda"`` where ``onnxruntime-gpu``
-and a GPU exist (RapidOCR falls back to the CPU with a warning when the CUDA provider is missing).
-``threads`` is onnxruntime's intra-op thread count; the default of 1 fits one stage instance per
-core, which is how Ray Data places them.
-
-Needs ``pip install 'lineage-data[ocr]'`` (rapidocr-onnxruntime, which brings onnxruntime and
-OpenCV). This module imports neither until a stage is built.
+Needs ``pip install 'lineage-data[ocr]'`` (rapidocr-onnxruntime, with onnxruntime and OpenCV),
+imported when a stage is built.
 """
 
 from __future__ import annotations
@@ -95,11 +74,8 @@ _ARENA_LOCK = threading.Lock()
 def _memory_arena() -> Iterator[None]:
     """RapidOCR's sessions, built with onnxruntime's CPU memory arena on.
 
-    RapidOCR 1.4 turns the arena off (``enable_cpu_mem_arena = False``, which keeps a desktop
-    process small), so every inference mallocs and frees its tensors: measured here, a page cost
-    ~8x the page faults and 10-12 % more CPU (three runs of 33 pages each, one process). A stage
-    instance lives for a whole run and sees pages of similar sizes, so the arena's reuse pays.
-    The package has no option for it: its session-options hook is wrapped while it builds.
+    RapidOCR 1.4 turns the arena off and has no option for it; without it a page cost ~8x the page
+    faults and 10-12 % more CPU here. Its session-options hook is wrapped while it builds.
     """
     from rapidocr_onnxruntime.utils import infer_engine
 
@@ -120,25 +96,16 @@ def _memory_arena() -> Iterator[None]:
 
 
 class DetectLines:
-    """Expand one page image into its text lines, in reading order (RapidOCR's detector).
+    """Expand one page image (PNG or JPEG bytes) into its text lines, in reading order.
 
-    For ``expand_lineage(DetectLines, fn_constructor_kwargs={...})``. Reads ``row["image"]`` (PNG
-    or JPEG bytes, as :func:`lineage_data.connectors.pdf.render_pages` yields them) and yields, for line ``i``
-    of ``n``::
+    Yields, for line ``i`` of ``n``::
 
         {"line_index": i, "line_count": n, "box": [x0, y0, x1, y1, x2, y2, x3, y3],
          "det_score": float, "crop": bytes, "crop_width": int, "crop_height": int}
 
-    ``box`` holds the four corners (clockwise from top-left) in pixels of the page image,
-    ``det_score`` the DB detector's box score, ``crop`` the line cut out of the page (PNG, straightened
-    by RapidOCR's perspective crop, in the colour order the recognizer expects). The order is
-    :func:`lineage_data.connectors.layout.reading_order`'s XY-cut: a title, then each column top to bottom,
-    left column first, then a footer; the boxes of one text line left to right.
-
-    A page without text yields nothing: an empty group, whose :func:`page_text` is "". A row whose
-    ``image`` is missing or cannot be decoded raises :class:`~lineage_data.connectors.errors.CorruptInputError`
-    (with ``render_pages(..., page_errors="keep")`` the page's own render error), which fails that
-    page and no other.
+    ``box`` holds the four corners, clockwise from top-left, in page pixels; ``crop`` is the line
+    cut out of the page (PNG, straightened). A page without text yields nothing; a missing or
+    undecodable ``image`` raises :class:`~lineage_data.connectors.errors.CorruptInputError`.
 
     Args:
         device: ``"cpu"`` or ``"cuda"`` (onnxruntime's CUDA provider).
@@ -246,18 +213,10 @@ class DetectLines:
 class RecognizeLines:
     """Batch UDF: recognize the line crops of one batch (from many pages) in one recognizer call.
 
-    For ``map_batches(RecognizeLines, batch_size=..., compute=ActorPoolStrategy(...),
-    fn_constructor_kwargs={...})`` with Ray's resource arguments (``num_gpus=1`` and
-    ``device="cuda"`` on a GPU node). Reads the ``crop`` column and returns the batch's other
-    columns (``box``, ``line_index`` ...; the crop only with ``keep_crop``) plus ``text`` and
-    ``confidence``, one row per input row. RapidOCR's recognizer sorts the
-    batch by aspect ratio and runs it in chunks of ``chunk_size`` crops padded to a common width.
-    The default chunk is 1 crop on the CPU (measured here, one thread: 45 ms a line for chunks of
-    1, 55 for 6, 82 for 16, 442 for 64: padding and attention over the widest crop dominate) and
-    32 on CUDA, where one wide run fills the device.
-
-    A crop that cannot be decoded gets ``RecordFailure("unreadable crop: ...")`` as its text; the
-    rest of the batch is recognized as usual.
+    Returns the batch's other columns plus ``text`` and ``confidence``, one row per input row. The
+    recognizer runs chunks of ``chunk_size`` crops padded to a common width: 1 on the CPU (45 ms a
+    line here, 442 in chunks of 64), 32 on CUDA. An undecodable crop gets
+    ``RecordFailure("unreadable crop: ...")`` as its text.
 
     Args:
         device: ``"cpu"`` or ``"cuda"``.
@@ -265,14 +224,9 @@ class RecognizeLines:
         chunk_size: Crops per ONNX run (RapidOCR's ``rec_batch_num``; None: 1 on CPU, 32 on CUDA).
         use_angle_cls: Run PP-OCR's 0/180-degree classifier first (for upside-down scans).
         column: The column with the crops.
-        keep_crop: Keep the crop bytes in the output rows (by default they are dropped here, so
-            the regroup holds text, not images).
-        gap_spaces: Put back the spaces the recognizer drops between words (PP-OCR reads
-            "the mime" as "themime" on some lines): where two letters or digits, or a bullet and
-            what follows it, stand apart by an empty column run (of the binarized crop, between
-            their CTC positions) wider than 0.16 of the crop height and than twice the line's
-            median gap between characters. The median keeps monospace code, whose letters stand
-            wide apart, as the model read it.
+        keep_crop: Keep the crop bytes in the output rows (dropped by default).
+        gap_spaces: Put back the spaces the recognizer drops between words where the crop shows
+            a clear gap ("themime" -> "the mime").
 
     Example:
         >>> from lineage_data.connectors.testing.corpus import make_page_image
@@ -309,7 +263,7 @@ class RecognizeLines:
         import cv2
         import numpy as np
 
-        values = _column_values(batch, self.column, type(self).__name__)
+        values = errors.column_values(batch, self.column, type(self).__name__)
         texts: list[Any] = [None] * len(values)
         confidence: list[float | None] = [None] * len(values)
         images, where = [], []
@@ -332,8 +286,8 @@ class RecognizeLines:
                     text = _with_gap_spaces(text, image, info[0])
                 texts[i], confidence[i] = text, round(float(score), 4)
         out = {
-            name: _column_values(batch, name, type(self).__name__)
-            for name in _names(batch)
+            name: errors.column_values(batch, name, type(self).__name__)
+            for name in errors.column_names(batch)
             if name not in (self.column, "text", "confidence")
             or (name == self.column and self.keep_crop)
         }
@@ -347,11 +301,9 @@ _BULLETS = frozenset("•·●○◦▪■")
 
 
 def _with_gap_spaces(text: str, image: np.ndarray, word_box: list[Any]) -> str:
-    """``text`` with a space where the crop shows a word gap that the recognizer read as none.
+    """``text`` with a space where the crop shows a word gap the recognizer read as none.
 
-    ``word_box`` is RapidOCR's ``return_word_box`` record: the CTC steps the crop spans, then
-    the decoded step of each character (grouped in words). See ``gap_spaces`` of
-    :class:`RecognizeLines`.
+    ``word_box`` is RapidOCR's ``return_word_box`` record: the CTC steps, then each character's.
     """
     import cv2
 
@@ -370,16 +322,9 @@ def _with_gap_spaces(text: str, image: np.ndarray, word_box: list[Any]) -> str:
 def _gap_spaces(text: str, centres: list[float], empty: list[bool], height: int) -> str:
     """The pure rule of ``gap_spaces``: ``text`` with spaces added at its word gaps.
 
-    ``centres`` holds each character's x in the crop, ``empty`` whether each column of the crop
-    has no ink, ``height`` the crop's height. Between two characters the gap is the longest run
-    of empty columns between their positions; a space goes in where the model put none, both
-    characters are letters or digits (or the first is a bullet), and the gap is wider than
-    ``0.16 * height`` and than twice the median gap between the line's characters.
-
-    Example:
-        >>> ink = [c != " " for c in "the    mime"]  # one column per letter, a 4-column gap
-        >>> _gap_spaces("themime", [0, 1, 2, 7, 8, 9, 10], [not i for i in ink], 10)
-        'the mime'
+    A gap is the longest run of ``empty`` (inkless) columns between two characters' ``centres``.
+    A space goes between two letters or digits (or a bullet and one) whose gap is wider than
+    ``0.16 * height`` and than twice the line's median gap: the median keeps monospace code as read.
     """
     gaps = []
     for a, b in zip(centres, centres[1:], strict=False):
@@ -402,30 +347,15 @@ def _gap_spaces(text: str, centres: list[float], empty: list[bool], height: int)
     return "".join(out)
 
 
-def _names(batch: Any) -> list[str]:
-    return list(batch.column_names) if hasattr(batch, "column_names") else list(batch)
-
-
-def _column_values(batch: Any, column: str, owner: str) -> list[Any]:
-    """``batch[column]`` as a Python list, for a pyarrow Table/RecordBatch or a dict of lists."""
-    names = _names(batch)
-    if column not in names:
-        raise KeyError(f"{owner}: the batch has no {column!r} column (columns: {names})")
-    values = batch[column]
-    return values.to_pylist() if hasattr(values, "to_pylist") else list(values)
-
-
 # ---------------------------------------------------------------------------------------- reducers
 
 
 def page_text(parent: dict[str, Any], lines: list[dict[str, Any]]) -> dict[str, Any]:
     r"""Reduce a page's recognized lines (in reading order) into the page's text.
 
-    Consecutive lines that share a text row are joined with a space, rows with ``\n``. The rows
-    are :func:`lineage_data.connectors.layout.text_rows` of the page's boxes: two boxes of one text line (which
-    the detector split) share a row; lines of two columns at the same height do not. Returns the
-    page's own columns without its ``image`` and ``error``, plus ``text``, ``lines`` (how many)
-    and ``confidence`` (the mean, None for no lines). A page with no lines gets ``text == ""``.
+    Lines that share a :func:`lineage_data.connectors.layout.text_rows` row are joined with a
+    space, rows with ``\n``. Returns the page's columns without ``image`` and ``error``, plus
+    ``text`` ("" for no lines), ``lines`` (how many) and ``confidence`` (the mean, or None).
 
     Example:
         >>> page = {"page_index": 0, "image": b"..."}
@@ -463,9 +393,8 @@ def _row_ids(lines: list[dict[str, Any]]) -> list[int | None]:
 def document_text(parent: dict[str, Any], pages: list[dict[str, Any]]) -> dict[str, Any]:
     r"""Reduce a document's pages (in page order) into its text and markdown.
 
-    Returns ``path`` and ``size`` of the document row (when it has them), ``pages``, ``text``
-    (page texts separated by a blank line) and ``markdown`` (each page under a
-    ``<!-- page N -->`` marker, N counted from 1).
+    Returns the document's ``path`` and ``size`` (if any), ``pages``, ``text`` (pages separated by
+    a blank line) and ``markdown`` (each page under a ``<!-- page N -->`` marker, from 1).
 
     Example:
         >>> doc = document_text({"path": "a.pdf"}, [{"text": "one"}, {"text": ""}])
@@ -483,10 +412,9 @@ def document_text(parent: dict[str, Any], pages: list[dict[str, Any]]) -> dict[s
 def character_error_rate(hypothesis: str, reference: str, *, spaces: bool = False) -> float:
     """Edit distance over reference length, after removing whitespace and folding case.
 
-    Whitespace is removed because PP-OCR drops some spaces between English words; the rate then
-    measures characters only. With ``spaces=True`` whitespace is kept instead (each run of it
-    counts as one space), so a lost or extra space is one error. An empty reference gives 0.0 for
-    an empty hypothesis, else 1.0.
+    PP-OCR drops some spaces between words, so by default the rate counts characters only; with
+    ``spaces=True`` each whitespace run is one space, and a lost space one error. An empty
+    reference gives 0.0 for an empty hypothesis, else 1.0.
 
     Example:
         >>> character_error_rate("Lineage  data", "lineagedata"), character_error_rate("ab", "abcd")
@@ -509,11 +437,9 @@ def character_error_rate(hypothesis: str, reference: str, *, spaces: bool = Fals
 def word_similarity(hypothesis: str, reference: str) -> float:
     r"""How alike two texts are word by word: 1.0 for the same words in the same order.
 
-    Both texts go through :func:`lineage_data.connectors.pdf.normalize_text`, are case folded and split at
-    whitespace; the similarity is ``2 * M / (len(hyp) + len(ref))`` with ``M`` the longest common
-    subsequence of the two word sequences (Levenshtein's ``ratio`` over words). Unlike
-    :func:`character_error_rate` it sees lost spaces (``"frameanvalue"`` is one wrong word, not
-    three right ones) and the reading order. Two empty texts give 1.0.
+    Levenshtein's ``ratio`` over the case-folded words of
+    :func:`lineage_data.connectors.pdf.normalize_text`. Unlike :func:`character_error_rate` it
+    sees lost spaces and the reading order. Two empty texts give 1.0.
 
     Example:
         >>> word_similarity("Lineage  data\nsets", "lineage data sets")

@@ -1,25 +1,12 @@
 """PDF connector: a document becomes ordered pages (pypdfium2), and pages get a normalized text.
 
-Two pieces, each behind the small interface lineage_data expects:
+:func:`render_pages` (or its callable-class form :class:`PdfPages`) is an **expand** function and
+:class:`ExtractText` a 1:1 **batch UDF**; the PDF connector guide shows a plan. Bad inputs raise
+the typed errors of :mod:`lineage_data.connectors.errors` before the first page is yielded. PDFium
+is not thread-safe: run one render per worker process (Ray Data's default).
 
-* :func:`render_pages` (or the callable class :class:`PdfPages`) is an **expand** function: one row
-  holding PDF bytes in, one row per page out, in page order. Prefer the function with
-  ``fn_kwargs``: rendering keeps no state, and Ray runs a function as tasks on its pooled workers,
-  where a class gets an actor pool (one more process per actor to start).
-* :class:`ExtractText` is a 1:1 **batch UDF** for ``map_batches(batch_format="pyarrow")`` that turns
-  the page text layer into clean text and can fail pages whose text layer is (nearly) empty.
-
-A typical plan::
-
-    pages = docs.expand_lineage(render_pages, fn_kwargs={"dpi": 100})
-    text = pages.map_batches(ExtractText, fn_constructor_kwargs={"min_chars": 20})
-
-Bad inputs raise the typed errors of :mod:`lineage_data.connectors.errors` before the first page is yielded, so
-a rejected document never has half of its pages in flight. PDFium is not thread-safe: run one
-render per worker process (Ray Data's default), not several threads of one actor.
-
-Needs ``pip install 'lineage-data[pdf]'`` (pypdfium2, and pillow to encode page images). This
-module imports neither until it is called.
+Needs ``pip install 'lineage-data[pdf]'`` (pypdfium2, and pillow to encode page images), imported
+when first called.
 """
 
 from __future__ import annotations
@@ -33,14 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from lineage_data import RecordFailure
 from lineage_data.connectors import errors
-from lineage_data.connectors.errors import (
-    CorruptInputError,
-    EmptyInputError,
-    EncryptedInputError,
-    OversizedInputError,
-    TruncatedInputError,
-    UnsupportedInputError,
-)
+from lineage_data.connectors.errors import CorruptInputError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,17 +34,18 @@ __all__ = [
     "render_scale",
 ]
 
-#: The ``timeout_s`` an expansion of :func:`render_pages` or :class:`PdfPages` gets unless it is
-#: given one (their ``default_timeout_s``): no next page of a document in this long is a hang in
-#: pdfium (its render or its text), and that document fails with ``TimeoutError`` instead of
-#: stalling the job. A 150-dpi page renders in well under a second
-#: here; the margin is for huge or odd pages. ``timeout_s=math.inf`` on the verb turns it off.
+#: The ``timeout_s`` of :func:`render_pages` and :class:`PdfPages` unless given one: no next page
+#: in this long is a hang in pdfium, and the document fails with ``TimeoutError``. A 150-dpi page
+#: takes well under a second; ``timeout_s=math.inf`` on the verb turns it off.
 PAGE_TIMEOUT_S = 120.0
 
 _MiB = 1 << 20
 _IMAGE_FORMATS = {"png": "PNG", "jpeg": "JPEG"}
-# PDFium's FPDF_GetLastError codes (fpdfview.h); stable across PDFium releases.
-_ERR_PASSWORD, _ERR_SECURITY = 4, 5
+# PDFium's FPDF_GetLastError codes (fpdfview.h) for encryption; stable across PDFium releases.
+_ENCRYPTED = {
+    4: "the PDF is encrypted and needs a password",  # FPDF_ERR_PASSWORD
+    5: "the PDF uses an unknown security handler",  # FPDF_ERR_SECURITY
+}
 _INSTALL_HINT = "pip install 'lineage-data[pdf]'"
 
 
@@ -79,25 +60,20 @@ def render_pages(
     image_format: str = "png",
     page_errors: str = "raise",
 ) -> Iterator[dict[str, Any]]:
-    r"""Expand one PDF row into its pages, in page order.
+    r"""Expand one PDF row (``bytes``, and ``path`` to name it in errors) into its pages, in order.
 
-    Reads ``row["bytes"]`` (the PDF file) and ``row.get("path")`` (only to name the input in error
-    messages). Yields, for page ``i`` of ``n``::
+    Yields, for page ``i`` of ``n``::
 
         {"page_index": i, "page_count": n, "width": points, "height": points,
          "image": bytes | None, "text": str}
 
-    ``width``/``height`` are the page size in PDF points (1/72 in). ``image`` is the page rendered
-    at ``dpi`` (scaled down so that width x height <= ``max_pixels``), encoded as PNG (or JPEG),
-    or None when ``render=False``. ``text`` is the page's text layer with ``\n`` line ends ("" for
-    a scanned page).
+    ``width``/``height`` are in PDF points (1/72 in); ``image`` is the page rendered at ``dpi``
+    (scaled down to at most ``max_pixels``) as PNG or JPEG; ``text`` is the text layer ("" for a
+    scan). With ``page_errors="keep"`` each row also has ``error``: None, or why PDFium cannot read
+    that page (then ``image`` None, ``text`` "", no size), so that a later stage such as
+    :class:`lineage_data.connectors.ocr.DetectLines` fails that page alone.
 
-    With ``page_errors="keep"`` every page row also has ``error``: None, or, for a page PDFium
-    cannot load or render, the reason (with ``image`` None, ``text`` "" and no size); a later stage
-    (:class:`lineage_data.connectors.ocr.DetectLines`) then fails that page alone instead of the document.
-
-    Options are checked when this is called; the input is checked on the first ``next()``, before
-    any page is yielded. The document is closed when the iterator is exhausted or closed.
+    Options are checked when this is called, the input on the first ``next()``.
 
     Args:
         row: The input row, with ``bytes`` and optionally ``path``.
@@ -107,7 +83,7 @@ def render_pages(
         max_bytes: Reject files larger than this (None: no cap).
         render: Render page images; False skips rendering (and pillow) entirely.
         image_format: ``"png"`` or ``"jpeg"``.
-        page_errors: ``"raise"`` (a bad page fails the document) or ``"keep"`` (see above).
+        page_errors: ``"raise"`` (a bad page fails the document) or ``"keep"``.
 
     Raises:
         EmptyInputError: Zero bytes, or a PDF with zero pages.
@@ -129,10 +105,7 @@ def render_pages(
 
 
 class PdfPages:
-    """Callable-class form of :func:`render_pages`, for ``fn_constructor_kwargs``.
-
-    Takes the same keyword options as :func:`render_pages` and checks them at construction, so a
-    bad option fails when the plan is built rather than on the first document.
+    """Callable-class form of :func:`render_pages`; bad options fail at construction.
 
     Example:
         >>> from lineage_data.connectors.testing.corpus import make_pdf
@@ -142,13 +115,11 @@ class PdfPages:
     """
 
     def __init__(self, **options: Any) -> None:
-        render_pages(
-            {}, **options
-        )  # checks the options now; a generator reads nothing until next()
+        render_pages({}, **options)  # checks the options; the row is read only on next()
         self._options = options
 
     def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """Expand one PDF row into its pages; see :func:`render_pages`."""
+        """See :func:`render_pages`."""
         return render_pages(row, **self._options)
 
 
@@ -158,16 +129,6 @@ for _native in (render_pages, PdfPages):  # see PAGE_TIMEOUT_S
 
 class _PageOptions:
     """Validated options of :func:`render_pages`."""
-
-    __slots__ = (
-        "dpi",
-        "image_format",
-        "keep_errors",
-        "max_bytes",
-        "max_pages",
-        "max_pixels",
-        "render",
-    )
 
     def __init__(
         self,
@@ -198,7 +159,7 @@ class _PageOptions:
 
 
 def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str, Any]]:
-    """The generator behind :func:`render_pages`: open, check, yield pages, always close."""
+    """The generator behind :func:`render_pages`."""
     pdfium = _import_pdfium()
     name = errors.input_name(row, kind="pdf")
     data = _checked_bytes(row, name, options.max_bytes)  # alive until the document closes
@@ -206,7 +167,7 @@ def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str
     try:
         count = len(document)
         if options.max_pages is not None and count > options.max_pages:
-            raise OversizedInputError.for_input(
+            raise errors.OversizedInputError.for_input(
                 name, f"{count} pages exceed max_pages={options.max_pages}"
             )
         for index in range(count):
@@ -236,35 +197,31 @@ def _checked_bytes(row: dict[str, Any], name: str, max_bytes: int | None) -> byt
     data = errors.input_bytes(row, "bytes", name, max_bytes)
     kind = errors.sniff_format(data)
     if kind != "PDF document":
-        raise UnsupportedInputError.for_input(name, f"not a PDF (looks like {kind})")
+        raise errors.UnsupportedInputError.for_input(name, f"not a PDF (looks like {kind})")
     if data.rfind(b"%%EOF") < 0:
         # PDFium would rebuild a cut file from what is left and silently return fewer pages.
-        raise TruncatedInputError.for_input(
+        raise errors.TruncatedInputError.for_input(
             name, f"no %%EOF marker in {len(data)} bytes: the file was cut short"
         )
     return data
 
 
 def _open_document(pdfium: Any, data: bytes, name: str) -> Any:
-    """Open ``data`` with PDFium, turning load failures into typed errors.
+    """Open ``data`` with PDFium (kept alive by the caller: PDFium reads it lazily), or raise.
 
-    The raw API is used so that a document with zero pages is closed again (pypdfium2's own
-    constructor raises on it without closing the handle). PDFium reads lazily from ``data``: the
-    caller keeps ``data`` alive until the document is closed.
+    The raw API closes a zero-page document again; pypdfium2's constructor leaks its handle.
     """
     raw = pdfium.raw
     handle = raw.FPDF_LoadMemDocument64(data, len(data), None)
     if not handle:
         code = raw.FPDF_GetLastError()
-        if code == _ERR_PASSWORD:
-            raise EncryptedInputError.for_input(name, "the PDF is encrypted and needs a password")
-        if code == _ERR_SECURITY:
-            raise EncryptedInputError.for_input(name, "the PDF uses an unknown security handler")
+        if code in _ENCRYPTED:
+            raise errors.EncryptedInputError.for_input(name, _ENCRYPTED[code])
         reason = pdfium.internal.ErrorToStr.get(code, f"error {code}")
         raise CorruptInputError.for_input(name, f"PDFium cannot parse the document ({reason})")
     if raw.FPDF_GetPageCount(handle) < 1:
         raw.FPDF_CloseDocument(handle)
-        raise EmptyInputError.for_input(name, "the PDF has zero pages")
+        raise errors.EmptyInputError.for_input(name, "the PDF has zero pages")
     return pdfium.PdfDocument(handle)
 
 
@@ -301,8 +258,7 @@ def _read_page(
 def render_scale(width: float, height: float, *, dpi: float, max_pixels: int) -> float:
     """The PDFium render scale for a page of ``width`` x ``height`` points.
 
-    ``dpi / 72``, reduced when needed so that the rendered bitmap (PDFium rounds each side up)
-    has at most ``max_pixels`` pixels.
+    ``dpi / 72``, reduced so that the bitmap (PDFium rounds sides up) has ``max_pixels`` at most.
 
     Example:
         >>> render_scale(612, 792, dpi=144, max_pixels=10**9)
@@ -363,12 +319,9 @@ def _kept(ch: str) -> bool:
 def normalize_text(text: str) -> str:
     r"""Normalize a page's text layer for training data.
 
-    Joins a word hyphenated at a line end (PDFium marks the hyphenation point with U+FFFE, older
-    builds with U+0002; a soft hyphen U+00AD does the same), then drops every control, format and
-    noncharacter code point (the markers left inside a line, NULs, lone surrogates), applies
-    Unicode NFKC (ligatures such as "ﬁ" become "fi"), turns ``\r\n`` and ``\r`` into ``\n``,
-    collapses runs of spaces and tabs into one space, strips each line, keeps at most one blank
-    line in a row and strips the whole text.
+    Joins words hyphenated at a line end, drops control, format and noncharacter code points,
+    applies NFKC ("ﬁ" becomes "fi"), makes ``\n`` the line end, collapses spaces and tabs, strips
+    each line, keeps at most one blank line in a row and strips the whole.
 
     Example:
         >>> normalize_text("  ﬁrst\tline \r\n\r\n\r\n\x00second  ")
@@ -386,14 +339,11 @@ def normalize_text(text: str) -> str:
 
 
 class ExtractText:
-    """Page-level batch UDF: clean text and its length, exactly one output row per input row.
+    """Page-level batch UDF: clean text and its length, one output row per input row.
 
-    For ``map_batches(ExtractText, batch_format="pyarrow", fn_constructor_kwargs={...})``. Reads
-    the ``column`` column (``"text"``, as :func:`render_pages` yields it) and returns
-    ``{"text": [...], "chars": [...]}``: :func:`normalize_text` of each value (null counts as "")
-    and its length. A row whose clean text has fewer than ``min_chars`` characters gets
-    ``RecordFailure("empty text layer")`` as its ``text`` value, which lineage_data turns into a
-    FAILED page (a scanned page with no text layer, say) while its siblings go on.
+    Returns ``{"text": [...], "chars": [...]}``: :func:`normalize_text` of each value (null counts
+    as "") and its length. Text shorter than ``min_chars`` becomes ``RecordFailure("empty text
+    layer")``, which fails that page (a scan with no text layer, say) while its siblings go on.
 
     Args:
         min_chars: Fail rows with fewer characters (0: never fail).
@@ -414,7 +364,7 @@ class ExtractText:
 
     def __call__(self, batch: pa.Table | dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Clean one batch; see the class docstring."""
-        values = _column_values(batch, self.column)
+        values = errors.column_values(batch, self.column, "ExtractText")
         texts: list[Any] = []
         chars: list[int] = []
         for value in values:
@@ -423,12 +373,3 @@ class ExtractText:
             short = len(clean) < self.min_chars
             texts.append(RecordFailure("empty text layer") if short else clean)
         return {"text": texts, "chars": chars}
-
-
-def _column_values(batch: Any, column: str) -> list[Any]:
-    """``batch[column]`` as a Python list, for a pyarrow Table/RecordBatch or a dict of lists."""
-    names = batch.column_names if hasattr(batch, "column_names") else list(batch)
-    if column not in names:
-        raise KeyError(f"ExtractText: the batch has no {column!r} column (columns: {names})")
-    values = batch[column]
-    return values.to_pylist() if hasattr(values, "to_pylist") else list(values)

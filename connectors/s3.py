@@ -1,13 +1,9 @@
 """S3 for connectors: the library's resolver and errors, and a bucket check that fails fast.
 
-Configuration is botocore's own (``AWS_*`` variables, ``AWS_PROFILE``, the shared config and
-credentials files); :mod:`lineage_data.storage` adds only path-style addressing for a custom
-endpoint, timeouts, retries and the typed errors re-exported here::
+Configuration is botocore's own (``AWS_*`` variables, profiles, config files)::
 
     fs, path = resolve_filesystem("s3://bucket/shards/")   # s3fs, configured by botocore
     check_access(fs, path)                                  # S3AccessError if the keys are wrong
-
-Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -39,9 +35,7 @@ __all__ = [
 def check_access(fs: Any, path: str, *, create_bucket: bool = False) -> None:
     """Fail fast, with a clear message, when ``path``'s bucket cannot be used with ``fs``.
 
-    One cheap request is made (``ListObjectsV2`` with ``MaxKeys=1`` for s3fs; a bucket lookup for
-    other S3 filesystems). A prefix that holds nothing yet is fine: only the bucket must exist.
-    Filesystems that are not S3 are not checked.
+    Makes one cheap request; an empty prefix is fine. Filesystems that are not S3 are not checked.
 
     Args:
         fs: An s3fs filesystem, or a pyarrow S3 filesystem wrapped by :func:`resolve_filesystem`.

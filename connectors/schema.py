@@ -1,29 +1,12 @@
 """One schema per shard directory: the same columns, in the same order, with the same types.
 
-Loaders that take the first file's schema as the dataset's (Hugging Face ``datasets``, many training
-loaders) and ``pa.concat_tables`` need it. Rows reach the shard writers in blocks of different
-make-up (a reduce's columnar path puts ``_lineage_root`` first, its row path last), so every shard's
-columns are put in one order: the lineage columns a shard keeps first, then the user's columns in
-the order the rows gave them. The first shard's schema is recorded beside the shards
-(``_schema.json``) and every later shard, of this run or a later one, is written with it: a column
-the rows lack becomes nulls, a column with no type yet (all nulls, or only empty lists) takes the
-recorded one. A value that cannot take the recorded type fails the write with a :class:`ShardError`
-naming the column: write such rows to a new path.
-
-A column that first shows up after shards were written (a key only some documents have) is added
-to the recorded schema, at the end; the shards written before lack it, and readers that unify by
-name fill it with nulls. ``write_shards(schema=...)`` fixes the schema before the first shard
-instead: then every shard has exactly it, and a column it lacks fails the write.
-
-Example:
-    >>> import pyarrow as pa
-    >>> table = pa.table({"text": ["a"], "_lineage_root": ["r1"], "pages": [pa.scalar([], pa.list_(pa.null()))]})
-    >>> canonical(table).column_names
-    ['_lineage_root', 'text', 'pages']
-    >>> fitted = conform(table, pa.schema([("_lineage_root", pa.string()), ("text", pa.string()),
-    ...                                     ("pages", pa.list_(pa.int64())), ("n", pa.int64())]), "out")
-    >>> fitted.schema.field("pages").type, fitted["n"].to_pylist()
-    (ListType(list<item: int64>), [None])
+Loaders that take the first file's schema as the dataset's (Hugging Face ``datasets``) and
+``pa.concat_tables`` need it. Blocks arrive with their columns in different orders, so every shard
+puts the lineage columns it keeps first, then the user's in the rows' order. The first shard's
+schema is recorded beside the shards (``_schema.json``) and every later shard is written with it:
+a missing column becomes nulls, an untyped one (all nulls, empty lists) takes the recorded type,
+and a value that cannot take it fails the write with a :class:`ShardError`. A new column is added
+to the recorded schema, at the end. ``write_shards(schema=...)`` fixes it before the first shard.
 """
 
 from __future__ import annotations
@@ -84,10 +67,9 @@ def conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
 
 
 def merged(stored: pa.Schema, table: pa.Table, *, grow: bool = True) -> pa.Schema | None:
-    """``stored`` with what ``table`` adds (None: nothing).
+    """``stored`` with the types ``table`` knows where it had none, and (``grow``) its new columns.
 
-    The types ``table`` knows where ``stored`` had none yet, and (``grow``) the columns ``stored``
-    lacks, at the end.
+    None when ``table`` adds nothing.
     """
     fields, changed = [], False
     for field in stored:

@@ -1,33 +1,17 @@
 """Video connector: a video becomes ordered clips, a clip becomes sampled frames (PyAV).
 
-Three functions, each behind the small interface lineage_data expects:
+:func:`split_clips` is an **expand** function (a video in, clips out), :func:`sample_frames` a
+second-level **expand** (a clip in, JPEG frames out) and :func:`clip_audio` a row-wise **map**
+(audio statistics); the video connector guide shows a plan.
 
-* :func:`split_clips` is an **expand** function: video bytes in, one row per clip out, in order.
-* :func:`sample_frames` is a second-level **expand**: one clip in, a few JPEG frames out, in order.
-* :func:`clip_audio` is a row-wise **map**: a clip row in, the same row plus audio statistics out.
+A clip row's ``clip`` is a standalone Matroska file with the source's own packets and timestamps
+(a stream copy: splitting costs a demux, not a decode). Decoding starts at a keyframe, so a clip
+holds every group of pictures that overlaps ``[start_s, end_s)``, and :func:`sample_frames`
+decodes frames outside that range only as references; a clip with both ends on keyframes (see
+``snap_seconds``) has ``keyframe_aligned=True`` and holds exactly its own frames.
 
-A typical plan::
-
-    clips = videos.expand_lineage(split_clips, fn_kwargs={"clip_seconds": 2.0})
-    clips = clips.map(clip_audio)
-    frames = clips.expand_lineage(sample_frames, fn_kwargs={"frames_per_clip": 4})
-
-**How clips carry their bytes.** Each clip row's ``clip`` is a small standalone Matroska file that
-holds the source's own compressed packets (stream copy: nothing is re-encoded, so splitting costs
-a demux, not a decode). Matroska accepts nearly any codec, so the copy works whatever the source
-codec is. Packets keep the source timestamps, so a clip's frames have the same times as in the
-source. Compressed video can only start decoding at a keyframe, so a clip holds every group of
-pictures (GOP: a keyframe and the frames up to the next one) that overlaps ``[start_s, end_s)``;
-frames outside that range are decoded by :func:`sample_frames` only as references and never
-returned. To avoid that overhead, each nominal boundary (every ``clip_seconds``) moves to the
-nearest keyframe within ``snap_seconds``; a clip whose both ends sit on keyframes (or the ends of
-the video) has ``keyframe_aligned=True`` and holds exactly its own frames.
-
-This module holds :func:`split_clips`; :mod:`~lineage_data.connectors.video_clips` the two that
-read a clip (importable from here too), and ``_av`` the PyAV plumbing all three share.
-
-Needs ``pip install 'lineage-data[video]'`` (PyAV, and pillow for JPEG frames); numpy, already a
-dependency of Ray Data, computes audio levels. This module imports none of them until called.
+Needs ``pip install 'lineage-data[video]'`` (PyAV, and pillow for JPEG frames), imported when
+first called; numpy (a Ray Data dependency) computes audio levels.
 """
 
 from __future__ import annotations
@@ -40,19 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lineage_data.connectors._av import (
-    _EPS,
-    CLIP_TIMEOUT_S,
-    _check_duration,
-    _checked_bytes,
-    _frame_seconds,
-    _GiB,
-    _import_av,
-    _open_container,
-    _packet_seconds,
-    _seconds,
-    mp4_truncation,
-)
+from lineage_data.connectors import _av
+from lineage_data.connectors._av import CLIP_TIMEOUT_S, mp4_truncation
 from lineage_data.connectors.errors import (
     CorruptInputError,
     EmptyInputError,
@@ -69,9 +42,6 @@ __all__ = [
     "sample_frames",
     "split_clips",
 ]
-
-
-# ------------------------------------------------------------------------------------ split_clips
 
 
 @dataclass(slots=True)
@@ -100,25 +70,20 @@ def split_clips(
     clip_seconds: float = 2.0,
     snap_seconds: float | None = None,
     max_seconds: float | None = 600,
-    max_bytes: int | None = 2 * _GiB,
+    max_bytes: int | None = 2 * _av.GiB,
 ) -> Iterator[dict[str, Any]]:
-    """Expand one video row into consecutive clips that cover it, in order.
+    """Expand one video row (``bytes``, and ``path`` to name it in errors) into clips, in order.
 
-    Reads ``row["bytes"]`` (a video file: MP4, Matroska/WebM, AVI, ...) and ``row.get("path")``
-    (only to name the input in errors). Yields, for clip ``i`` of ``n``::
+    Yields, for clip ``i`` of ``n``::
 
         {"clip_index": i, "clip_count": n, "start_s": float, "end_s": float,
          "keyframe_aligned": bool, "has_audio": bool, "width": int, "height": int,
          "fps": float, "clip": bytes}
 
-    ``start_s``/``end_s`` are seconds on the source's timeline (0 at the start of a typical MP4);
-    the clips tile the video: clip 0 starts at the first keyframe, each clip ends where the next
-    starts, and the last ends with the last frame. ``clip`` is a standalone Matroska file (see the
-    module docstring) with the video packets and the audio packets (of the first audio stream)
-    that overlap ``[start_s, end_s)``; ``has_audio`` says whether there are any. ``fps`` is the
-    stream's average frame rate. The whole source is demuxed (not decoded) before the first clip
-    is yielded, so every check below happens before any clip is in flight; all its packets stay
-    in memory until the iterator ends.
+    ``start_s``/``end_s`` are seconds on the source's timeline; the clips tile the video from the
+    first keyframe to the last frame. ``clip`` holds the video and first audio stream's packets
+    that overlap ``[start_s, end_s)``. The whole source is demuxed (and held in memory) before the
+    first clip, so every check below happens before any clip is in flight.
 
     Args:
         row: The input row, with ``bytes`` and optionally ``path``.
@@ -127,9 +92,6 @@ def split_clips(
             0 disables snapping).
         max_seconds: Reject longer videos (None: no cap).
         max_bytes: Reject larger files (None: no cap).
-
-    Returns:
-        An iterator of clip rows.
 
     Raises:
         EmptyInputError: Zero bytes, or a video stream without frames.
@@ -161,10 +123,10 @@ def _iter_clips(
     max_bytes: int | None,
 ) -> Iterator[dict[str, Any]]:
     """The generator behind :func:`split_clips`."""
-    av = _import_av()
+    av = _av.import_av()
     name = input_name(row, kind="video")
-    data = _checked_bytes(row, "bytes", name, max_bytes)
-    with _open_container(av, data, name) as container:
+    data = _av.checked_bytes(row, "bytes", name, max_bytes)
+    with _av.open_container(av, data, name) as container:
         demuxed = _demux(av, container, name, max_seconds)
         video = demuxed.video
         info = {
@@ -192,20 +154,11 @@ def _iter_clips(
 def clip_bounds(
     keyframes: list[float], end_s: float, *, clip_seconds: float, snap: float
 ) -> list[float]:
-    """Clip boundaries: ``keyframes[0]``, then every ``clip_seconds``, moved to nearby keyframes.
+    """Clip boundaries from ``keyframes[0]`` to ``end_s``: clip i is ``[bounds[i], bounds[i+1])``.
 
-    A nominal boundary moves to the nearest keyframe at most ``snap`` seconds away (and after the
-    previous boundary). A last piece shorter than ``clip_seconds / 4`` joins the clip before it.
-
-    Args:
-        keyframes: Sorted keyframe times in seconds; the first one is where the video starts.
-        end_s: Where the last frame ends.
-        clip_seconds: Nominal clip length.
-        snap: How far a boundary may move to reach a keyframe.
-
-    Returns:
-        Sorted boundaries, first ``keyframes[0]`` and last ``end_s``; clip ``i`` is
-        ``[bounds[i], bounds[i + 1])``.
+    A boundary every ``clip_seconds`` moves to the nearest keyframe at most ``snap`` seconds away
+    (and after the previous one). A last piece shorter than ``clip_seconds / 4`` joins the one
+    before. ``keyframes`` are sorted, in seconds.
 
     Example:
         >>> clip_bounds([0.0, 1.9, 4.0], 5.0, clip_seconds=2, snap=0.5)
@@ -220,7 +173,7 @@ def clip_bounds(
         at = bisect.bisect_left(keyframes, nominal)
         near = [kf for kf in keyframes[max(0, at - 1) : at + 1] if abs(kf - nominal) <= snap]
         moved = min(near, key=lambda kf: abs(kf - nominal)) if near else nominal
-        if moved > bounds[-1] + _EPS:
+        if moved > bounds[-1] + _av.EPS:
             bounds.append(moved)
         k += 1
     bounds.append(end_s)
@@ -232,24 +185,24 @@ def _demux(av: Any, container: Any, name: str, max_seconds: float | None) -> _De
     video = container.streams.video[0]
     audio = container.streams.audio[0] if container.streams.audio else None
     declared = container.duration / 1_000_000 if container.duration else None
-    _check_duration(name, declared, max_seconds)
+    _av.check_duration(name, declared, max_seconds)
     gops: list[_Gop] = []
     audio_packets: list[tuple[float, float, Any]] = []
     end_s = -math.inf
     streams = [video] if audio is None else [video, audio]
     try:
         for packet in container.demux(streams):
-            t = _seconds(packet)
+            t = _av.seconds(packet)
             if t is None or packet.size == 0:
                 continue
             if packet.stream is audio:
-                audio_packets.append((t, t + _packet_seconds(packet), packet))
+                audio_packets.append((t, t + _av.packet_seconds(packet), packet))
                 continue
             if packet.is_keyframe:
                 gops.append(_Gop(start_s=t))
             if gops:  # packets before the first keyframe cannot be decoded: skip them
                 gops[-1].packets.append(packet)
-                end_s = max(end_s, t + (_packet_seconds(packet) or _frame_seconds(video)))
+                end_s = max(end_s, t + (_av.packet_seconds(packet) or _av.frame_seconds(video)))
     except av.error.FFmpegError as exc:
         raise CorruptInputError.for_input(name, f"demuxing failed ({exc})") from exc
     if not gops:
@@ -258,7 +211,7 @@ def _demux(av: Any, container: Any, name: str, max_seconds: float | None) -> _De
         gop.end_s = following.start_s
     gops[-1].end_s = end_s
     _check_complete(name, declared, end_s, audio_packets)
-    _check_duration(name, end_s - gops[0].start_s, max_seconds)
+    _av.check_duration(name, end_s - gops[0].start_s, max_seconds)
     return _Demuxed(video, audio if audio_packets else None, gops, audio_packets, end_s)
 
 
@@ -285,13 +238,10 @@ def _check_complete(
 
 
 def _mux_clip(av: Any, demuxed: _Demuxed, start: float, end: float) -> tuple[bytes, bool]:
-    """A standalone Matroska file with the GOPs overlapping ``[start, end)`` and its audio.
-
-    Returns the file and whether it has audio.
-    """
-    gops = [g for g in demuxed.gops if g.start_s < end - _EPS and g.end_s > start + _EPS]
+    """A standalone Matroska file of the GOPs overlapping ``[start, end)``; whether it has audio."""
+    gops = [g for g in demuxed.gops if g.start_s < end - _av.EPS and g.end_s > start + _av.EPS]
     # Audio packets overlapping the range: one packet may go to two clips; clip_audio trims.
-    sound = [p for t, u, p in demuxed.audio_packets if t < end - _EPS and u > start + _EPS]
+    sound = [p for t, u, p in demuxed.audio_packets if t < end - _av.EPS and u > start + _av.EPS]
     out_bytes = io.BytesIO()
     with av.open(out_bytes, mode="w", format="matroska") as out:
         video = out.add_stream_from_template(demuxed.video)

@@ -1,10 +1,7 @@
-"""Reading one clip of :func:`~lineage_data.connectors.video.split_clips`: frames and audio.
+"""Reading one clip of :func:`~lineage_data.connectors.video.split_clips` (or a whole video).
 
-* :func:`sample_frames` is a second-level **expand**: one clip in, a few JPEG frames out, in order.
-* :func:`clip_audio` is a row-wise **map**: a clip row in, the same row plus audio statistics out.
-
-Both also read a whole video (``row["bytes"]``). Both are importable from
-:mod:`lineage_data.connectors.video`, where the connector is described.
+:func:`sample_frames` and :func:`clip_audio` are described with the connector, in
+:mod:`lineage_data.connectors.video`, and importable from there.
 """
 
 from __future__ import annotations
@@ -14,16 +11,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from lineage_data.connectors._av import (
-    _EPS,
-    _INSTALL_HINT,
-    CLIP_TIMEOUT_S,
-    _checked_bytes,
-    _frame_seconds,
-    _GiB,
-    _import_av,
-    _open_container,
-)
+from lineage_data.connectors import _av
+from lineage_data.connectors._av import CLIP_TIMEOUT_S
 from lineage_data.connectors.errors import (
     CorruptInputError,
     EmptyInputError,
@@ -40,7 +29,7 @@ def _clip_input(row: dict[str, Any], max_bytes: int | None) -> tuple[bytes, str]
     name = input_name(row, kind="video")
     if "clip_index" in row:
         name = f"{name} clip {row['clip_index']}"
-    return _checked_bytes(row, key, name, max_bytes), name
+    return _av.checked_bytes(row, key, name, max_bytes), name
 
 
 def _time_range(row: dict[str, Any], container: Any, stream: Any) -> tuple[float, float | None]:
@@ -60,21 +49,18 @@ def sample_frames(
     max_frames: int = 64,
     jpeg_quality: int = 85,
     max_decoded_frames: int = 20_000,
-    max_bytes: int | None = 2 * _GiB,
+    max_bytes: int | None = 2 * _av.GiB,
 ) -> Iterator[dict[str, Any]]:
     """Expand one clip row into evenly spaced frames, in time order, as JPEG.
 
-    Reads ``row["clip"]`` (as :func:`split_clips` yields it; a row with only ``bytes``, a whole
-    video, works too) and ``row.get("start_s")``/``row.get("end_s")`` (default: the whole
-    container). Yields, in time order::
+    Reads ``clip`` (else ``bytes``, a whole video) over ``[start_s, end_s)`` (default: all of it).
+    Yields, in time order::
 
         {"frame_index": j, "t_s": float, "jpeg": bytes, "width": int, "height": int}
 
     The range is cut into ``min(frames_per_clip, max_frames)`` equal slots and the frame nearest
-    each slot's middle is taken; a frame nearest to two slots is yielded once, so a clip shorter
-    than the sample count yields each of its frames once. ``frame_index`` is the frame's position
-    among the clip's own frames (those in ``[start_s, end_s)``) and ``t_s`` its source time.
-    Frames before ``start_s`` (the keyframe lead-in) are decoded only as references.
+    each slot's middle is taken, each frame at most once. ``frame_index`` is the frame's position
+    among the clip's own frames and ``t_s`` its source time.
 
     Args:
         row: The clip row.
@@ -83,9 +69,6 @@ def sample_frames(
         jpeg_quality: JPEG quality, 1..95.
         max_decoded_frames: Reject a clip once this many frames were decoded (lead-in included).
         max_bytes: Reject larger clips.
-
-    Returns:
-        An iterator of frame rows.
 
     Raises:
         EmptyInputError: No frame falls in ``[start_s, end_s)``.
@@ -111,12 +94,12 @@ def _iter_frames(
     row: dict[str, Any], count: int, quality: int, max_decoded: int, max_bytes: int | None
 ) -> Iterator[dict[str, Any]]:
     """The generator behind :func:`sample_frames`."""
-    av = _import_av()
+    av = _av.import_av()
     data, name = _clip_input(row, max_bytes)
-    with _open_container(av, data, name) as container:
+    with _av.open_container(av, data, name) as container:
         stream = container.streams.video[0]
         start, end = _time_range(row, container, stream)
-        step = _frame_seconds(stream)
+        step = _av.frame_seconds(stream)
         span = (end - start) if end is not None else count * step
         targets = [start + (i + 0.5) * span / count for i in range(count)]
         picked = 0
@@ -138,7 +121,7 @@ def _frames_in_range(
     av: Any, container: Any, name: str, start: float, end: float | None, max_decoded: int
 ) -> Iterator[tuple[int, float, Any]]:
     """``(index, time, frame)`` for each decoded frame in ``[start, end)``, index from 0."""
-    step = _frame_seconds(container.streams.video[0])
+    step = _av.frame_seconds(container.streams.video[0])
     index = 0
     try:
         for decoded, frame in enumerate(container.decode(video=0), start=1):
@@ -146,9 +129,9 @@ def _frames_in_range(
                 cause = f"more than max_decoded_frames={max_decoded} frames to decode"
                 raise OversizedInputError.for_input(name, cause)
             t = float(frame.time) if frame.time is not None else start + (decoded - 1) * step
-            if t < start - _EPS:
+            if t < start - _av.EPS:
                 continue
-            if end is not None and t >= end - _EPS:
+            if end is not None and t >= end - _av.EPS:
                 break
             yield index, t, frame
             index += 1
@@ -160,7 +143,7 @@ def _frame_row(index: int, t: float, frame: Any, quality: int) -> dict[str, Any]
     try:
         image = frame.to_image()
     except ImportError as exc:
-        raise ImportError(f"JPEG frames need pillow: {_INSTALL_HINT}") from exc
+        raise ImportError(f"JPEG frames need pillow: {_av.INSTALL_HINT}") from exc
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=quality)
     return {
@@ -173,12 +156,11 @@ def _frame_row(index: int, t: float, frame: Any, quality: int) -> dict[str, Any]
 
 
 def clip_audio(
-    row: dict[str, Any], *, max_seconds: float | None = 600, max_bytes: int | None = 2 * _GiB
+    row: dict[str, Any], *, max_seconds: float | None = 600, max_bytes: int | None = 2 * _av.GiB
 ) -> dict[str, Any]:
     """Row-wise map: the row plus statistics of its audio in ``[start_s, end_s)``.
 
-    Reads ``row["clip"]`` (or ``row["bytes"]``) and ``row.get("start_s")``/``row.get("end_s")``.
-    Returns a new dict: every key of ``row`` plus
+    Reads ``clip`` (else ``bytes``). Returns a new dict: every key of ``row`` plus
 
     * ``audio_sample_rate`` (int) and ``audio_channels`` (int), None without audio;
     * ``audio_seconds`` (float): decoded audio in the range, 0.0 without audio;
@@ -188,9 +170,6 @@ def clip_audio(
         row: The clip row.
         max_seconds: Reject inputs with more audio than this (None: no cap).
         max_bytes: Reject larger inputs.
-
-    Returns:
-        The extended row.
 
     Raises:
         CorruptInputError: FFmpeg cannot decode the audio.
@@ -204,9 +183,9 @@ def clip_audio(
         >>> out["audio_sample_rate"], out["audio_channels"], round(out["audio_seconds"], 1)
         (16000, 1, 1.0)
     """
-    av = _import_av()
+    av = _av.import_av()
     data, name = _clip_input(row, max_bytes)
-    with _open_container(av, data, name, require_video=False) as container:
+    with _av.open_container(av, data, name, require_video=False) as container:
         if not container.streams.audio:
             stats: dict[str, Any] = {"audio_sample_rate": None, "audio_channels": None}
             return {**row, **stats, "audio_seconds": 0.0, "audio_rms": None, "audio_peak": None}
