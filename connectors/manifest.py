@@ -61,9 +61,8 @@ DEAD_LETTER_SCHEMA = pa.schema(
 )
 """Columns of the dead-letter table (one row per root that did not end PRESENT)."""
 REPORTS_DIR = "_reports"
-STAGING_DIR = (
-    "_staging"  # data files being written on a local disk (renamed into place when complete)
-)
+# data files being written on a local disk (renamed into place when complete)
+STAGING_DIR = "_staging"
 
 
 @dataclass(frozen=True)
@@ -141,6 +140,12 @@ class Manifest:
         return {root for e in self.entries for root in e.roots}
 
 
+def is_local(fs: Any) -> bool:
+    """Whether the fsspec filesystem ``fs`` is the local disk."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return bool({"file", "local"} & set(protocols))
+
+
 def join_path(*parts: str) -> str:
     """``parts`` joined by single slashes (the first keeps its leading slash or protocol)."""
     return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts) if p)
@@ -191,20 +196,14 @@ def _read_files(fs: Any, path: str, entries: Iterable[ManifestEntry], columns: A
 
 
 def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None = None) -> pa.Table:
-    """The rows of every shard listed in the manifest (orphan files are ignored), oldest first.
+    """The rows of every Parquet shard the manifest lists (orphan files are ignored), oldest first.
 
-    A root is returned once even if two entries list it (:func:`write_shards` never does that).
-
-    Args:
-        path: The shard directory.
-        filesystem: An fsspec (or pyarrow) filesystem; inferred from ``path`` when None.
-        columns: Columns to read (``_lineage_root`` is always read).
-
-    Returns:
-        One Arrow table; shards with different user columns are merged, missing values are null.
+    A root is returned once even if two entries list it. Shards with different user columns are
+    merged, missing values null; ``columns`` limits the columns read (``_lineage_root`` always is).
+    ``filesystem`` (fsspec or pyarrow) is inferred from ``path`` when None.
     """
     with _storage(path, filesystem) as (fs, root):
-        # Parquet shards; tar and JSONL shards are read by their own libraries (lineage_data.connectors.formats)
+        # tar and JSONL shards are read by their own libraries (lineage_data.connectors.formats)
         entries = tuple(e for e in load_manifest(fs, root).shards if e.file.endswith(".parquet"))
         if columns is not None and ROOT not in columns:
             columns = [ROOT, *columns]
