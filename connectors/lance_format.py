@@ -60,9 +60,6 @@ class LanceStaging(ShardFile):
     def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
         self._writer.write_table(table, max_chunksize=row_group_rows)
 
-    def close(self) -> int:  # noqa: D102
-        return self._closed(self._writer)
-
 
 def check(fs: Any, path: str) -> None:
     """Refuse what this format cannot do (before anything runs)."""
