@@ -1,16 +1,10 @@
 """The commit records of a shard directory, and the readers that trust nothing else.
 
-Layout written by :func:`lineage_data.connectors.shards.write_shards`::
-
-    path/part-<uuid>.parquet               PRESENT rows: user columns + _lineage_root
-    path/_dead_letter/part-<uuid>.parquet  other rows: root, stage, outcome, cause, time, run_id
-    path/_manifest/<entry>.json            one commit record per data file (:class:`ManifestEntry`)
-    path/_reports/<run_id>.json            the run report of each write
-
 Readers (:func:`read_shards`, :func:`read_dead_letter`, :func:`committed_roots`) look at manifest
-entries only, so a file left by a run that died before its entry is invisible
-(:func:`remove_orphans` deletes such files). On S3, refused credentials and a missing bucket raise
-the typed errors of :mod:`lineage_data.connectors.s3`.
+entries only (``path/_manifest/<entry>.json``), so a file left by a run that died before its
+entry is invisible; :func:`remove_orphans` deletes such files. On S3, refused credentials and a
+missing bucket raise the typed errors of :mod:`lineage_data.connectors.s3`. The directory's
+layout: ``docs/guide/shards.md``.
 """
 
 from __future__ import annotations

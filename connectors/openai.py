@@ -198,7 +198,7 @@ class OpenAIChatStage:
         return json.dumps({**self._body, "messages": messages}).encode()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
-        """This stage's event loop, in a daemon thread; stopped when the stage is collected or closed."""
+        """This stage's event loop, in a daemon thread; stopped by close() or collection."""
         if self._loop is None:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="openai-stage", daemon=True).start()
@@ -291,10 +291,10 @@ class OpenAIChatStage:
                 return "failed", why
         except aiohttp.ClientConnectorError as exc:  # refused, no such host, connect timeout
             return "unreachable", describe(exc)
-        except (aiohttp.ClientError, TimeoutError) as exc:  # reset, dropped, no answer in time
-            if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
-                return "retry", f"no answer in {self._timeouts[0]:g} s", None
+        except aiohttp.ClientError as exc:  # reset, dropped
             return "retry", f"the connection failed: {describe(exc)}", None
+        except TimeoutError:  # no answer in time
+            return "retry", f"no answer in {self._timeouts[0]:g} s", None
 
     def _redact(self, message: str) -> str:
         for secret in self._secrets:

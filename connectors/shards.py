@@ -410,9 +410,6 @@ def write_shards(
         source: The ``source`` field of JSONL documents.
         schema: Every shard's schema, fixed in advance (default: the first shard's, then grown).
 
-    Returns:
-        A :class:`ShardResult` for this call.
-
     Raises:
         PlanError: ``ds`` is not a closed plan.
         ShardError: ``resume=False`` and ``path`` already holds committed entries.
@@ -426,14 +423,15 @@ def write_shards(
     fs, root, skip = _open_directory(path, filesystem, resume, retry_failed, create_bucket)
     run = ds.exclude_roots(skip) if skip else ds
     sink_options = {
+        "rows_per_shard": rows_per_shard,
+        "max_bytes_per_shard": max_bytes_per_shard,
         "row_group_rows": row_group_rows,
         "format": format,
         "text_column": text_column,
         "source": source,
         "schema": schema,
     }
-    rolling = (rows_per_shard, max_bytes_per_shard, max_shard_interval_s)
-    run_id = _run(run, fs, root, path, rolling, sink_options)
+    run_id = _run(run, fs, root, path, sink_options, max_shard_interval_s)
     return _result(fs, root, path, run, run_id, skipped=len(skip))
 
 
@@ -442,26 +440,20 @@ def _run(
     fs: Any,
     root: str,
     path: str,
-    rolling: tuple[int, int, float | None],
     sink_options: dict[str, Any],
+    interval_s: float | None,
 ) -> str:
-    """Run ``run`` into the shard directory, return its id; its report is saved even if it fails.
-
-    ``rolling``: rows, bytes and seconds that cut a shard.
-    """
-    rows, max_bytes, interval_s = rolling
+    """Run ``run`` into the shard directory, return its id; its report is saved even if it fails."""
     run_id = uuid.uuid4().hex
-    sink = _datasink_class()(
-        fs, root, run_id=run_id, rows_per_shard=rows, max_bytes_per_shard=max_bytes, **sink_options
-    )
+    sink = _datasink_class()(fs, root, run_id=run_id, **sink_options)
     # a Lance directory has one Lance committer: this call's (lance_format explains why)
     lance = sink_options["format"] == "lance"
     try:
         with lance_format.committer(fs, root) if lance else contextlib.nullcontext():
             run.write_datasink(
                 sink,
-                rows_per_write=rows,
-                max_bytes_per_write=max_bytes,
+                rows_per_write=sink_options["rows_per_shard"],
+                max_bytes_per_write=sink_options["max_bytes_per_shard"],
                 max_write_interval_s=interval_s,
             )
     finally:

@@ -155,29 +155,25 @@ class VllmStage:
         text = prompt_text("VllmStage", self._template, self._fields, columns, row)
         if isinstance(text, RecordFailure):
             return text
-        images: list[Any] = []
-        if self._image_column is not None and columns[self._image_column][row] is not None:
+        image = columns[self._image_column][row] if self._image_column is not None else None
+        frames = (
+            (columns[self._frames_column][row] or []) if self._frames_column is not None else []
+        )
+        encoded = [] if image is None else [(f"image in column {self._image_column!r}", image)]
+        encoded += [
+            (f"frame {i} in column {self._frames_column!r}", f) for i, f in enumerate(frames)
+        ]
+        decoded: list[Any] = []
+        for what, data in encoded:
             try:
-                images.append(_decode_image(columns[self._image_column][row]))
+                decoded.append(_decode_image(data))
             except Exception as exc:
-                return RecordFailure(
-                    f"VllmStage: image in column {self._image_column!r} does not decode: "
-                    f"{describe(exc)}"
-                )
-        frames: list[Any] = []
-        if self._frames_column is not None and columns[self._frames_column][row]:
-            for index, data in enumerate(columns[self._frames_column][row]):
-                try:
-                    frames.append(_decode_image(data))
-                except Exception as exc:
-                    return RecordFailure(
-                        f"VllmStage: frame {index} in column {self._frames_column!r} does not "
-                        f"decode: {describe(exc)}"
-                    )
+                return RecordFailure(f"VllmStage: {what} does not decode: {describe(exc)}")
         media = [c for c in (self._image_column, self._frames_column) if c is not None]
-        if media and not images and not frames:
+        if media and not decoded:
             return RecordFailure(f"VllmStage: the row has no image in column(s) {media}")
-        return {"prompt": text, **self._multi_modal_data(images, frames)}
+        images = 0 if image is None else 1  # the image, then the frames
+        return {"prompt": text, **self._multi_modal_data(decoded[:images], decoded[images:])}
 
     def _multi_modal_data(self, images: list[Any], frames: list[Any]) -> dict[str, Any]:
         data: dict[str, Any] = {}
