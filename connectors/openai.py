@@ -25,16 +25,8 @@ import pyarrow as pa
 
 from lineage_data import RecordFailure, StageFailedError
 from lineage_data._core.errors import describe
-from lineage_data.connectors._prompt import (
-    NUM_GENERATED_TOKENS,
-    NUM_PROMPT_TOKENS,
-    Answer,
-    batch_columns,
-    checked_fields,
-    output_columns,
-    prompt_text,
-    requests,
-)
+from lineage_data.connectors import _prompt
+from lineage_data.connectors._prompt import NUM_GENERATED_TOKENS, NUM_PROMPT_TOKENS
 
 __all__ = ["NUM_GENERATED_TOKENS", "NUM_PROMPT_TOKENS", "OpenAIChatStage"]
 
@@ -110,7 +102,7 @@ class OpenAIChatStage:
         if max_concurrency < 1 or max_retries < 0:
             raise ValueError("max_concurrency must be >= 1 and max_retries >= 0")
         media = (image_column, frames_column)
-        self._fields = checked_fields(prompt_template, output_column, media)
+        self._fields = _prompt.checked_fields(prompt_template, output_column, media)
         self._template = prompt_template
         self._system = system_prompt
         self._image_column, self._frames_column = image_column, frames_column
@@ -157,15 +149,15 @@ class OpenAIChatStage:
         """
         wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
         wanted |= self._fields | set(self._keep)
-        columns, num_rows = batch_columns(batch, wanted, "OpenAIChatStage")
-        values, bodies = requests(num_rows, lambda row: self._request(columns, row))
-        answers: dict[int, Answer] = {}
+        columns, num_rows = _prompt.batch_columns(batch, wanted, "OpenAIChatStage")
+        values, bodies = _prompt.requests(num_rows, lambda row: self._request(columns, row))
+        answers: dict[int, _prompt.Answer] = {}
         if bodies:
             future = asyncio.run_coroutine_threadsafe(self._send_all(bodies), self._running_loop())
             answers = await asyncio.wrap_future(future)
         return {
             **{name: columns[name] for name in self._keep},
-            **output_columns(self._output_column, values, answers),
+            **_prompt.output_columns(self._output_column, values, answers),
         }
 
     def run(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
@@ -175,7 +167,7 @@ class OpenAIChatStage:
 
     def _request(self, columns: dict[str, list[Any]], row: int) -> bytes | RecordFailure:
         """The JSON body of one row's request, or why it cannot be built."""
-        text = prompt_text("OpenAIChatStage", self._template, self._fields, columns, row)
+        text = _prompt.prompt_text("OpenAIChatStage", self._template, self._fields, columns, row)
         if isinstance(text, RecordFailure):
             return text
         media: list[Any] = []
@@ -212,7 +204,7 @@ class OpenAIChatStage:
             self._closer()
             self._loop, self._sessions = None, []
 
-    async def _send_all(self, bodies: dict[int, bytes]) -> dict[int, Answer]:
+    async def _send_all(self, bodies: dict[int, bytes]) -> dict[int, _prompt.Answer]:
         import aiohttp
 
         if not self._sessions:
@@ -232,7 +224,7 @@ class OpenAIChatStage:
             raise
         return {row: task.result() for row, task in tasks.items()}
 
-    async def _send(self, body: bytes) -> Answer:
+    async def _send(self, body: bytes) -> _prompt.Answer:
         """One row's request with its retries."""
         assert self._gate is not None
         cause = "no attempt was made"

@@ -18,16 +18,8 @@ import pyarrow as pa
 
 from lineage_data import RecordFailure
 from lineage_data._core.errors import describe
-from lineage_data.connectors._prompt import (
-    NUM_GENERATED_TOKENS,
-    NUM_PROMPT_TOKENS,
-    Answer,
-    batch_columns,
-    checked_fields,
-    output_columns,
-    prompt_text,
-    requests,
-)
+from lineage_data.connectors import _prompt
+from lineage_data.connectors._prompt import NUM_GENERATED_TOKENS, NUM_PROMPT_TOKENS
 
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
@@ -111,7 +103,7 @@ class VllmStage:
         if frames_as not in ("image", "video"):
             raise ValueError(f"frames_as must be 'image' or 'video', got {frames_as!r}")
         media = (image_column, frames_column)
-        self._fields = checked_fields(prompt_template, output_column, media, text_columns)
+        self._fields = _prompt.checked_fields(prompt_template, output_column, media, text_columns)
         self._template = prompt_template
         self._image_column = image_column
         self._frames_column = frames_column
@@ -140,19 +132,21 @@ class VllmStage:
         values, prompts = self._prompts(batch)
         outputs = self._generate(list(prompts.values())) if prompts else []
         answers = {row: _read_output(o) for row, o in zip(prompts, outputs, strict=True)}
-        return output_columns(self._output_column, values, answers)
+        return _prompt.output_columns(self._output_column, values, answers)
 
     def _prompts(
         self, batch: pa.Table | Mapping[str, Sequence[Any]]
     ) -> tuple[list[Any], dict[int, dict[str, Any]]]:
         """Per row its failure or None, and the prompt of every other row."""
         wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
-        columns, num_rows = batch_columns(batch, wanted | self._fields, "VllmStage")
-        return requests(num_rows, lambda row: self._prompt(columns, row))
+        columns, num_rows = _prompt.batch_columns(batch, wanted | self._fields, "VllmStage")
+        return _prompt.requests(num_rows, lambda row: self._row_prompt(columns, row))
 
-    def _prompt(self, columns: dict[str, list[Any]], row: int) -> dict[str, Any] | RecordFailure:
+    def _row_prompt(
+        self, columns: dict[str, list[Any]], row: int
+    ) -> dict[str, Any] | RecordFailure:
         """The prompt dict of one row, or the reason it cannot be built."""
-        text = prompt_text("VllmStage", self._template, self._fields, columns, row)
+        text = _prompt.prompt_text("VllmStage", self._template, self._fields, columns, row)
         if isinstance(text, RecordFailure):
             return text
         image = columns[self._image_column][row] if self._image_column is not None else None
@@ -243,7 +237,7 @@ class AsyncVllmStage(VllmStage):
         engine = self._engine()
         outputs = await asyncio.gather(*(self._one(engine, p) for p in prompts.values()))
         answers = {row: _read_output(o) for row, o in zip(prompts, outputs, strict=True)}
-        return output_columns(self._output_column, values, answers)
+        return _prompt.output_columns(self._output_column, values, answers)
 
     async def _one(self, engine: Any, prompt: dict[str, Any]) -> Any:
         """The finished output of one request (a request that ends in error fails its row)."""
@@ -303,7 +297,7 @@ def _check_alignment(prompts: list[dict[str, Any]], outputs: list[Any]) -> None:
             )
 
 
-def _read_output(output: Any) -> Answer:
+def _read_output(output: Any) -> _prompt.Answer:
     """``(text or RecordFailure, prompt tokens, generated tokens)`` of one request's output."""
     if isinstance(output, BaseException):
         return RecordFailure(f"VllmStage: the request failed: {describe(output)}"), None, None
