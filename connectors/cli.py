@@ -19,6 +19,7 @@ import pathlib
 import re
 import runpy
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,16 +68,14 @@ def summarize(path: str) -> dict[str, Any]:
     fs = _fs(path)
     manifest = read_manifest(path, filesystem=fs)
     dead = read_dead_letter(path, filesystem=fs)
-    by_cause: dict[str, int] = {}
-    for cause in dead["cause"].to_pylist():
-        by_cause[cause or "(none)"] = by_cause.get(cause or "(none)", 0) + 1
+    by_cause = Counter(cause or "(none)" for cause in dead["cause"].to_pylist())
     reports = load_reports(path, fs)
     return {
         "shards": len(manifest.shards),
         "rows": sum(e.rows for e in manifest.shards),
         "bytes": sum(e.bytes for e in manifest.shards),
         "dead_letter_rows": dead.num_rows,
-        "dead_letter_by_cause": dict(sorted(by_cause.items(), key=lambda kv: -kv[1])),
+        "dead_letter_by_cause": dict(by_cause.most_common()),
         "runs": len(reports),
         "stages": _stage_totals(reports),
     }

@@ -42,14 +42,11 @@ _TEXT_PROMPT_KEYS = frozenset({"prompt", "multi_modal_data", "mm_processor_kwarg
 class EchoLLM:
     """A deterministic CPU stand-in for ``vllm.LLM`` with the same offline ``generate`` interface.
 
-    The "model" answers ``"echo [image 64x48]: <prompt>"``, naming the media it was given
-    (``image WxH``, ``video FRAMESxWxH``) ahead of the prompt so that truncation keeps them, so a
-    pipeline's plumbing can be checked without a GPU. Tokens are the UTF-8 bytes of the text;
-    ``max_tokens`` (from a dict or an object such as ``vllm.SamplingParams``) truncates the answer
-    with ``finish_reason="length"``; without it the answer is never truncated (vLLM's own default
-    is 16 tokens). Inputs are checked against the shapes vLLM documents: ``TypeError`` for a wrong
-    type, ``ValueError`` for a wrong value, raised from ``generate`` for the whole call, as vLLM
-    does.
+    It answers ``"echo [image 64x48]: <prompt>"``, the media it was given (``image WxH``, ``video
+    FRAMESxWxH``) first so that truncation keeps them. Tokens are the UTF-8 bytes of the answer;
+    ``max_tokens`` (a dict's or ``vllm.SamplingParams``') truncates it with
+    ``finish_reason="length"``, and without it nothing is truncated. Inputs are checked against
+    the shapes vLLM documents (``TypeError``, ``ValueError``), for the whole call as vLLM does.
 
     Example:
         >>> llm = EchoLLM(model="echo")
@@ -77,20 +74,13 @@ class EchoLLM:
         *,
         use_tqdm: bool = True,
     ) -> list[EchoRequestOutput]:
-        """Answer every prompt, in prompt order.
+        """One :class:`EchoRequestOutput` per prompt, in prompt order.
 
         Args:
             prompts: A prompt or a sequence of prompts: ``str`` or
                 ``{"prompt": str, "multi_modal_data": {...}}``.
             sampling_params: ``None``, one set for all prompts, or a list with one per prompt.
             use_tqdm: Accepted for compatibility; no progress bar is shown.
-
-        Returns:
-            One :class:`EchoRequestOutput` per prompt, in prompt order.
-
-        Raises:
-            TypeError: A prompt or its multimodal data has the wrong type.
-            ValueError: Lengths disagree or a modality exceeds ``limit_mm_per_prompt``.
         """
         if isinstance(prompts, str | dict):
             prompts = [prompts]
@@ -99,13 +89,12 @@ class EchoLLM:
         if isinstance(sampling_params, list) and len(sampling_params) != len(prompts):
             raise ValueError("The lengths of prompts and params must be the same.")
         parsed = [self._parse(prompt) for prompt in prompts]
-        outputs = []
-        for index, (text, media) in enumerate(parsed):
-            params = (
-                sampling_params[index] if isinstance(sampling_params, list) else sampling_params
-            )
-            outputs.append(self._answer(text, media, _max_tokens(params)))
-        return outputs
+        if not isinstance(sampling_params, list):
+            sampling_params = [sampling_params] * len(parsed)
+        return [
+            self._answer(text, media, _max_tokens(params))
+            for (text, media), params in zip(parsed, sampling_params, strict=True)
+        ]
 
     def _parse(self, prompt: Any) -> tuple[str, str]:
         if isinstance(prompt, str):
@@ -169,8 +158,6 @@ class EchoLLM:
 
 
 def _max_tokens(params: Any) -> int | None:
-    if params is None:
-        return None
     if isinstance(params, Mapping):
         return params.get("max_tokens")
     return getattr(params, "max_tokens", None)
@@ -179,11 +166,10 @@ def _max_tokens(params: Any) -> int | None:
 class EchoAsyncLLM:
     """:class:`EchoLLM` with the interface of vLLM's async engine and a latency per request.
 
-    ``generate(prompt, sampling_params, request_id)`` is an async generator that yields the
-    request's one, finished output after ``latency_s`` seconds; requests sent together wait together,
-    as one engine step serves them all. The most requests in flight at once is kept in
-    :attr:`max_in_flight` and, when ``log_path`` is given, appended to that file (one line per
-    finished request) so a test can read it from outside the actor.
+    ``generate(prompt, sampling_params, request_id)`` yields the request's one, finished output
+    after ``latency_s`` seconds. The most requests in flight at once is kept in
+    :attr:`max_in_flight` and, with ``log_path``, appended to that file per finished request (so a
+    test can read it from outside the actor).
 
     Example:
         >>> import asyncio

@@ -1,26 +1,10 @@
 """The file formats of training shards: Parquet, WebDataset tar, JSONL documents.
 
 One shard file is written by one :class:`ShardFile` (open, ``write`` Arrow tables, ``close`` to get
-its size); :class:`lineage_data.connectors.shards.ShardWriter` cuts, stages and commits the files the same way
-for every format (exactly once, through the manifest). Each format is read back by its own library:
-``pyarrow``/``datasets`` for Parquet, the ``webdataset`` package or Ray Data's ``read_webdataset``
-for tar shards, any JSON-lines reader for JSONL.
-
-- ``parquet``: the rows as they are, streamed in row groups.
-- ``webdataset``: one sample per document, as MINT-1T and NeMo Curator's interleaved PDF pipeline
-  publish them: ``__key__`` is a digest of the root id (a WebDataset key may not hold the dots and
-  slashes of a URI), ``<key>.txt`` the document's text, ``<key>.json`` its other columns with the
-  root id under ``"id"``, ``<key>.<i>.png`` (or ``.jpg``) each image of a list-of-bytes column.
-- ``lance``: the directory is a Lance dataset, one fragment per shard, committed through the
-  manifest first and rolled into Lance after (:mod:`lineage_data.connectors.lance_format`).
-- ``jsonl``: gzip-compressed JSON lines with Dolma's document fields (olmOCR writes these): ``id``
-  (the root id), ``text``, ``source`` (the writer's ``source`` name) and ``metadata`` (the other
-  columns; bytes left out).
-
-The text column is ``text_column`` or, by default, ``markdown`` when the rows have it, else ``text``.
-Written by hand: webdataset's ``TarWriter`` and a JSON-lines writer would do the bytes, but a shard
-file here is staged and committed by our writer, and neither library writes through fsspec to a
-name we choose and then commits; the formats themselves are plain tar and gzip JSON.
+its size); :class:`lineage_data.connectors.shards.ShardWriter` stages and commits the files the same
+way for every format. What each format holds: ``docs/guide/shards.md``. Written by hand, because
+neither webdataset's ``TarWriter`` nor a JSON-lines library writes through fsspec to a name we
+choose and then commit; the formats themselves are plain tar and gzip JSON.
 """
 
 from __future__ import annotations
@@ -44,11 +28,7 @@ _PNG, _JPEG = b"\x89PNG", b"\xff\xd8\xff"
 
 
 def sample_key(root: str) -> str:
-    """The WebDataset key of a root: a hex digest (a key holds no dot; URIs do).
-
-    >>> sample_key("s3://corpus/a.pdf")
-    '29ef0703dba063cec3dac4269f36aa9ffbf7dde5'
-    """
+    """The WebDataset key of a root: a hex digest (a key holds no dot; URIs do)."""
     return hashlib.sha1(root.encode()).hexdigest()
 
 
@@ -60,22 +40,20 @@ def text_column(names: list[str], chosen: str | None) -> str | None:
 
 
 class ShardFile:
-    """One shard file being written; ``close()`` returns its size in bytes."""
+    """One shard file being written: the format's ``_writer`` over the open binary ``file``."""
+
+    _writer: Any
 
     def __init__(self, file: Any, schema: pa.Schema, options: dict[str, Any]) -> None:
         self._file = file
         self.schema = schema
-        self._options = options
 
     def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
         raise NotImplementedError
 
-    def close(self) -> int:  # noqa: D102
-        raise NotImplementedError
-
-    def _closed(self, writer: Any) -> int:
-        """Close the format's ``writer``, then the file; the file's size."""
-        writer.close()
+    def close(self) -> int:
+        """Close the format's writer, then the file; the file's size in bytes."""
+        self._writer.close()
         size = int(self._file.tell())
         self._file.close()
         return size
@@ -90,9 +68,6 @@ class ParquetFile(ShardFile):
 
     def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
         self._writer.write_table(table, row_group_size=row_group_rows or max(table.num_rows, 1))
-
-    def close(self) -> int:  # noqa: D102
-        return self._closed(self._writer)
 
 
 def _json_value(value: Any) -> Any:
@@ -111,7 +86,7 @@ class JsonlFile(ShardFile):
 
     def __init__(self, file: Any, schema: pa.Schema, options: dict[str, Any]) -> None:
         super().__init__(file, schema, options)
-        self._gzip = gzip.GzipFile(fileobj=file, mode="wb", mtime=0)
+        self._writer = gzip.GzipFile(fileobj=file, mode="wb", mtime=0)
         self._text = text_column(schema.names, options.get("text_column"))
         self._source = options.get("source") or ""
 
@@ -127,10 +102,7 @@ class JsonlFile(ShardFile):
                 "metadata": {k: _json_value(v) for k, v in row.items()},
             }
             lines.append(json.dumps(document, ensure_ascii=False, default=str) + "\n")
-        self._gzip.write("".join(lines).encode())
-
-    def close(self) -> int:  # noqa: D102
-        return self._closed(self._gzip)
+        self._writer.write("".join(lines).encode())
 
 
 class TarFile(ShardFile):
@@ -139,13 +111,13 @@ class TarFile(ShardFile):
     def __init__(self, file: Any, schema: pa.Schema, options: dict[str, Any]) -> None:
         super().__init__(file, schema, options)
         # closed by close(), after the shard's rows: a context manager would span calls
-        self._tar = tarfile.open(fileobj=file, mode="w|", format=tarfile.USTAR_FORMAT)  # noqa: SIM115
+        self._writer = tarfile.open(fileobj=file, mode="w|", format=tarfile.USTAR_FORMAT)  # noqa: SIM115
         self._text = text_column(schema.names, options.get("text_column"))
 
     def _member(self, name: str, data: bytes) -> None:
         info = tarfile.TarInfo(name)
         info.size, info.mtime, info.mode = len(data), 0, 0o644
-        self._tar.addfile(info, io.BytesIO(data))
+        self._writer.addfile(info, io.BytesIO(data))
 
     def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
         for row in table.to_pylist():
@@ -164,9 +136,6 @@ class TarFile(ShardFile):
             self._member(f"{key}.json", json.dumps(meta, ensure_ascii=False, default=str).encode())
             for suffix, data in files:
                 self._member(f"{key}.{suffix}", data)
-
-    def close(self) -> int:  # noqa: D102
-        return self._closed(self._tar)
 
 
 def _kind(data: bytes) -> str:

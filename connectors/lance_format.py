@@ -1,46 +1,21 @@
 """Lance shards: the shard directory is a Lance dataset, committed exactly once through our manifest.
 
-``write_shards(ds, path, format="lance")`` makes ``path`` itself a Lance dataset
-(``lance.dataset(path).to_table()``); our files sit beside Lance's, where Lance never looks::
-
-    path/data/<name>.lance                 a shard: one Lance fragment's data file (Lance writes it)
-    path/_versions/ path/_transactions/    Lance's versions (only the committer below writes them)
-    path/_fragments/<name>.json            the fragment's metadata, written before its entry
-    path/_manifest/<entry>.json            our commit record of the shard (``file`` = data/<name>.lance)
-    path/_dead_letter/part-<uuid>.parquet  dead letters, Parquet as in every format
-
-Why exactly once. A Lance commit and our manifest entry cannot be written atomically together, so
-one of them must be the truth; Lance's own appends are at-least-once across a crash between the
-Lance commit and the caller's checkpoint (Lance issue 3265). Ours is the truth, and Lance follows:
+``write_shards(ds, path, format="lance")`` makes ``path`` itself a Lance dataset; our files sit
+beside Lance's (``_manifest/``, ``_fragments/<name>.json``, ``_dead_letter/``). A Lance commit and
+our manifest entry cannot be written atomically together, so ours is the truth and Lance follows:
 
 1. A write task stages the shard's rows (Arrow IPC under ``_staging/``), writes them as one Lance
-   fragment with ``lance.fragment.write_fragments`` (a data file no Lance reader sees until a Lance
-   version lists it), then its metadata (``_fragments/``), then the manifest entry: the commit.
-2. One committer rolls Lance forward (:func:`roll_forward`): every manifest shard whose data file
-   no Lance version lists is appended, in one Lance commit per pass. Idempotent by data file name:
-   a file a version already lists is never appended again, so a crash anywhere (before, inside or
-   after a Lance commit) ends in a pass that commits what is missing and nothing twice.
-3. A crash before step 1's entry leaves a data file no entry names: invisible to Lance readers,
-   removed by :func:`reconcile` before the next write starts (as the other formats' orphans).
+   fragment (a data file no Lance reader sees until a version lists it), then its metadata
+   (``_fragments/``), then the manifest entry: the commit.
+2. One committer (:func:`committer`, a driver thread) rolls Lance forward (:func:`roll_forward`):
+   every manifest shard whose data file no Lance version lists is appended, one Lance commit per
+   pass. Idempotent by data file name, so a crash anywhere ends in a pass that commits what is
+   missing and nothing twice; one committer, because two tasks racing to create the dataset
+   would lose one's rows.
+3. A data file no entry names (a crash before step 1's entry) is removed by :func:`reconcile`.
 
-Concurrency: a single committer, not one Lance commit per write task. The driver's
-:func:`committer` thread runs :func:`roll_forward` every second while the run goes on and once at
-its end; :func:`reconcile` runs it before the run. Per-task commits would need Lance's conflict
-retry (appends commute, so ``read_version`` + retry would work), but the first commit creates the
-dataset (an ``Overwrite``), and two tasks racing to create it would lose one's rows; one committer
-has no race, writes one Lance version per pass instead of one per shard, and a write task that
-dies never leaves a half-done Lance commit of its own. Shards become visible to Lance readers
-about a second after their entry.
-
-Schema: a Lance dataset has one schema, so the first shard's (recorded as in
-:mod:`lineage_data.connectors.schema`) is final: a later column, or a value whose type the first
-shard did not know (a column that was all nulls), fails the run with a ShardError naming the
-column. Pass ``write_shards(schema=...)`` to fix the types before the first shard.
-
-Local directories only in this version (Lance's object-store settings are not derived from the
-fsspec filesystem yet). One writer per path, as for every format; do not compact or delete rows
-while a write runs. A Lance compaction later is fine: :func:`roll_forward` also looks at older
-versions before it appends a file the latest version no longer lists.
+The first shard's schema is final. Local directories only; one writer per path. The whole story:
+``docs/connectors/shards.md#lance``.
 """
 
 from __future__ import annotations
@@ -54,14 +29,13 @@ from typing import Any
 import pyarrow as pa
 
 from lineage_data.connectors.formats import ShardFile
-from lineage_data.connectors.manifest import ShardError, join_path, load_manifest
+from lineage_data.connectors.manifest import ShardError, is_local, join_path, load_manifest
 from lineage_data.connectors.schema import load as load_schema
 
 __all__ = ["committer", "reconcile", "roll_forward"]
 
 DATA_DIR = "data"  # Lance's own data folder
 FRAGMENTS_DIR = "_fragments"
-STAGED_EXTENSION = "arrows"  # the rows of a shard being written: an Arrow IPC stream
 _COMMIT_EVERY_S = 1.0
 _MOST_ROWS = (1 << 31) - 1
 
@@ -86,14 +60,10 @@ class LanceStaging(ShardFile):
     def write(self, table: pa.Table, row_group_rows: int | None) -> None:  # noqa: D102
         self._writer.write_table(table, max_chunksize=row_group_rows)
 
-    def close(self) -> int:  # noqa: D102
-        return self._closed(self._writer)
-
 
 def check(fs: Any, path: str) -> None:
     """Refuse what this format cannot do (before anything runs)."""
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    if not {"file", "local"} & set(protocols):
+    if not is_local(fs):
         raise ShardError(f"format='lance' writes to a local directory, not {path}")
     _lance()
 
@@ -168,14 +138,9 @@ def roll_forward(
 ) -> set[str]:
     """Append to Lance every manifest shard no Lance version lists, in one commit; none twice.
 
-    Args:
-        fs: The local fsspec filesystem.
-        path: The shard directory (the Lance dataset).
-        known: Data files already known to be committed (by this committer, in this run).
-        history: Also look at older Lance versions (after a compaction the latest lists other files).
-
-    Returns:
-        The data files known to be committed now (pass them back as ``known``).
+    ``known``: data files this committer already committed (what the last pass returned);
+    ``history``: also look at older Lance versions (after a compaction the latest lists other
+    files). Returns the data files known to be committed now.
     """
     lance = _lance()
     shards = [e.file for e in load_manifest(fs, path).shards if e.file.startswith(f"{DATA_DIR}/")]

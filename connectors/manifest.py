@@ -1,16 +1,10 @@
 """The commit records of a shard directory, and the readers that trust nothing else.
 
-Layout written by :func:`lineage_data.connectors.shards.write_shards`::
-
-    path/part-<uuid>.parquet               PRESENT rows: user columns + _lineage_root
-    path/_dead_letter/part-<uuid>.parquet  other rows: root, stage, outcome, cause, time, run_id
-    path/_manifest/<entry>.json            one commit record per data file (:class:`ManifestEntry`)
-    path/_reports/<run_id>.json            the run report of each write
-
 Readers (:func:`read_shards`, :func:`read_dead_letter`, :func:`committed_roots`) look at manifest
-entries only, so a file left by a run that died before its entry is invisible
-(:func:`remove_orphans` deletes such files). On S3, refused credentials and a missing bucket raise
-the typed errors of :mod:`lineage_data.connectors.s3`.
+entries only (``path/_manifest/<entry>.json``), so a file left by a run that died before its
+entry is invisible; :func:`remove_orphans` deletes such files. On S3, refused credentials and a
+missing bucket raise the typed errors of :mod:`lineage_data.connectors.s3`. The directory's
+layout: ``docs/guide/shards.md``.
 """
 
 from __future__ import annotations
@@ -61,9 +55,8 @@ DEAD_LETTER_SCHEMA = pa.schema(
 )
 """Columns of the dead-letter table (one row per root that did not end PRESENT)."""
 REPORTS_DIR = "_reports"
-STAGING_DIR = (
-    "_staging"  # data files being written on a local disk (renamed into place when complete)
-)
+# data files being written on a local disk (renamed into place when complete)
+STAGING_DIR = "_staging"
 
 
 @dataclass(frozen=True)
@@ -141,6 +134,12 @@ class Manifest:
         return {root for e in self.entries for root in e.roots}
 
 
+def is_local(fs: Any) -> bool:
+    """Whether the fsspec filesystem ``fs`` is the local disk."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return bool({"file", "local"} & set(protocols))
+
+
 def join_path(*parts: str) -> str:
     """``parts`` joined by single slashes (the first keeps its leading slash or protocol)."""
     return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts) if p)
@@ -191,20 +190,14 @@ def _read_files(fs: Any, path: str, entries: Iterable[ManifestEntry], columns: A
 
 
 def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None = None) -> pa.Table:
-    """The rows of every shard listed in the manifest (orphan files are ignored), oldest first.
+    """The rows of every Parquet shard the manifest lists (orphan files are ignored), oldest first.
 
-    A root is returned once even if two entries list it (:func:`write_shards` never does that).
-
-    Args:
-        path: The shard directory.
-        filesystem: An fsspec (or pyarrow) filesystem; inferred from ``path`` when None.
-        columns: Columns to read (``_lineage_root`` is always read).
-
-    Returns:
-        One Arrow table; shards with different user columns are merged, missing values are null.
+    A root is returned once even if two entries list it. Shards with different user columns are
+    merged, missing values null; ``columns`` limits the columns read (``_lineage_root`` always is).
+    ``filesystem`` (fsspec or pyarrow) is inferred from ``path`` when None.
     """
     with _storage(path, filesystem) as (fs, root):
-        # Parquet shards; tar and JSONL shards are read by their own libraries (lineage_data.connectors.formats)
+        # tar and JSONL shards are read by their own libraries (lineage_data.connectors.formats)
         entries = tuple(e for e in load_manifest(fs, root).shards if e.file.endswith(".parquet"))
         if columns is not None and ROOT not in columns:
             columns = [ROOT, *columns]

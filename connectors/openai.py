@@ -1,48 +1,11 @@
-r"""A model server as a batch stage: OpenAI-compatible chat completions over HTTP, many in flight.
+"""A model server as a batch stage: OpenAI-compatible chat completions over HTTP, many in flight.
 
-:class:`OpenAIChatStage` is a callable class for ``map_batches``. Each row of a batch becomes one
-``POST {base_url}/chat/completions`` request to a server that speaks OpenAI's API (``vllm serve``,
-SGLang, a hosted endpoint); each actor keeps up to ``max_concurrency`` requests in flight, so a
-pool of N actors keeps N x ``max_concurrency`` in flight and the server's own batching does the
-rest (two batches per actor keep its requests in flight across batch boundaries)::
-
-    captions = clips.map_batches(
-        OpenAIChatStage,
-        batch_size=64,
-        num_cpus=0.25,
-        compute=ray.data.ActorPoolStrategy(size=4, max_concurrent_calls_per_actor=2),
-        fn_constructor_kwargs={
-            "base_url": "http://vlm-server:8000/v1",
-            "model": "Qwen/Qwen2.5-VL-7B-Instruct",
-            "prompt_template": "Describe this clip of {path}.",
-            "frames_column": "frames",
-            "sampling_params": {"max_tokens": 128, "temperature": 0.0},
-            "max_concurrency": 16,
-        },
-    )
-
-The result has one row per input row, in input order: ``output_column`` (the reply's text, or a
-``RecordFailure``), ``num_prompt_tokens`` and ``num_generated_tokens`` (from the reply's ``usage``).
-
-Failure policy, per row:
-
-- 429, 408, 5xx, a connection reset or a dropped connection, and a request with no answer in
-  ``request_timeout_s`` are retried with exponential backoff and jitter (``Retry-After`` honoured,
-  capped at ``max_backoff_s``), at most ``max_retries`` times; then the row is a
-  ``RecordFailure("OpenAIChatStage: HTTP 503 from the server after 5 attempts: <its message>")``.
-- Any other 4xx is the request's own fault (a prompt too long, an image the server refuses): the
-  row fails at once with the status and the server's message.
-- A server that cannot be reached (connection refused, no such host, no connection in
-  ``connect_timeout_s`` on the last attempt), or that refuses the credentials or the path (401,
-  403, 404) is not any row's fault: the stage raises :class:`~lineage_data.StageFailedError` naming
-  the endpoint, and the run stops with it (seconds, not a hang). The API key never appears in a
-  message.
-
-Why not Ray Data's own HTTP request stage (``ray.data.llm.HttpRequestProcessorConfig``): it raises
-for the whole batch when one request fails (no per-row failure), does not honour ``Retry-After``
-nor retry a 500, and is a Dataset-to-Dataset processor rather than a ``map_batches`` callable. The
-HTTP client is aiohttp (a dependency of Ray); this module adds only the OpenAI request body, the
-retry policy and the per-row outcome.
+Per row: 429, 408, 5xx, a dropped connection and a timeout are retried with backoff (``Retry-After``
+honoured), then fail the row; another 4xx fails the row at once. A server that cannot be reached,
+or refuses the key or the path (401, 403, 404), raises :class:`~lineage_data.StageFailedError`.
+The API key never appears in a message. Usage and the whole failure policy:
+``docs/connectors/openai.md``. Not Ray Data's HTTP request stage: it fails the whole batch for
+one request and does not honour ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -62,12 +25,11 @@ import pyarrow as pa
 
 from lineage_data import RecordFailure, StageFailedError
 from lineage_data._core.errors import describe
-from lineage_data.connectors._prompt import batch_columns, format_prompt, template_fields
+from lineage_data.connectors import _prompt
+from lineage_data.connectors._prompt import NUM_GENERATED_TOKENS, NUM_PROMPT_TOKENS
 
 __all__ = ["NUM_GENERATED_TOKENS", "NUM_PROMPT_TOKENS", "OpenAIChatStage"]
 
-NUM_PROMPT_TOKENS = "num_prompt_tokens"
-NUM_GENERATED_TOKENS = "num_generated_tokens"
 RETRIED_STATUSES = frozenset({408, 409, 425, 429})  # and every 5xx
 STAGE_STATUSES = frozenset({401, 403, 404})  # wrong key, wrong path or model: no row's fault
 _IMAGE_TYPES = (
@@ -94,18 +56,16 @@ class OpenAIChatStage:
         ['echo: a page', 'echo: another page']
 
     Args:
-        base_url: The API's base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: The API's base URL, e.g. ``http://127.0.0.1:8000/v1`` (no credentials).
         model: The ``model`` field of every request.
         prompt_template: ``str.format`` template; its fields name columns of the batch.
         system_prompt: A system message sent first, or ``None``.
         image_column: Column of encoded image bytes, or ``None``.
         frames_column: Column of lists of encoded frames (video clips), or ``None``.
         output_column: Name of the reply-text column.
-        keep_columns: Columns of the batch copied to the output unchanged (``map_batches`` keeps
-            only the columns its function returns, in Ray Data as here).
+        keep_columns: Columns of the batch copied to the output unchanged.
         sampling_params: Extra fields of the request body (``max_tokens``, ``temperature``, ...).
-        api_key: The bearer token; ``None`` reads the environment variable ``api_key_env``
-            (no ``Authorization`` header when that is unset too).
+        api_key: The bearer token; ``None`` reads the environment variable ``api_key_env``.
         api_key_env: Where the key is read from when ``api_key`` is ``None``.
         max_concurrency: Requests in flight at once from this actor.
         max_retries: Retries of one request after its first attempt.
@@ -141,12 +101,9 @@ class OpenAIChatStage:
     ) -> None:
         if max_concurrency < 1 or max_retries < 0:
             raise ValueError("max_concurrency must be >= 1 and max_retries >= 0")
-        if output_column in (NUM_PROMPT_TOKENS, NUM_GENERATED_TOKENS):
-            raise ValueError(f"output_column {output_column!r} clashes with a token-count column")
-        fields = template_fields(prompt_template)
-        if media := sorted(fields & {image_column, frames_column}):
-            raise ValueError(f"prompt_template uses the media column(s) {media}")
-        self._template, self._fields = prompt_template, fields
+        media = (image_column, frames_column)
+        self._fields = _prompt.checked_fields(prompt_template, output_column, media)
+        self._template = prompt_template
         self._system = system_prompt
         self._image_column, self._frames_column = image_column, frames_column
         self._output_column = output_column
@@ -182,11 +139,9 @@ class OpenAIChatStage:
     async def __call__(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
         """Send every row of ``batch``; the replies in row order.
 
-        A coroutine, so that an actor can hold several batches at once (Ray Data's
-        ``ActorPoolStrategy(max_concurrent_calls_per_actor=k)``): the requests of all of them share
-        the actor's ``max_concurrency``, and the next batch's requests start while the last ones of
-        the previous batch are still out. The requests themselves run on the stage's own event loop
-        (a thread of its own), so any caller's loop may await it; :meth:`run` is the blocking form.
+        A coroutine, so that an actor can hold several batches at once (their requests share
+        ``max_concurrency``); the requests run on the stage's own event loop, in a thread of its
+        own. :meth:`run` is the blocking form.
 
         Raises:
             StageFailedError: The server cannot be reached, or refuses the key or the path.
@@ -194,26 +149,15 @@ class OpenAIChatStage:
         """
         wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
         wanted |= self._fields | set(self._keep)
-        columns, num_rows = batch_columns(batch, wanted, "OpenAIChatStage")
-        values: list[Any] = [None] * num_rows
-        prompt_tokens: list[int | None] = [None] * num_rows
-        generated_tokens: list[int | None] = [None] * num_rows
-        bodies: dict[int, bytes] = {}
-        for row in range(num_rows):
-            body = self._request(columns, row)
-            if isinstance(body, RecordFailure):
-                values[row] = body
-            else:
-                bodies[row] = body
+        columns, num_rows = _prompt.batch_columns(batch, wanted, "OpenAIChatStage")
+        values, bodies = _prompt.requests(num_rows, lambda row: self._request(columns, row))
+        answers: dict[int, _prompt.Answer] = {}
         if bodies:
             future = asyncio.run_coroutine_threadsafe(self._send_all(bodies), self._running_loop())
-            for row, (value, prompt, generated) in (await asyncio.wrap_future(future)).items():
-                values[row], prompt_tokens[row], generated_tokens[row] = value, prompt, generated
+            answers = await asyncio.wrap_future(future)
         return {
             **{name: columns[name] for name in self._keep},
-            self._output_column: values,
-            NUM_PROMPT_TOKENS: prompt_tokens,
-            NUM_GENERATED_TOKENS: generated_tokens,
+            **_prompt.output_columns(self._output_column, values, answers),
         }
 
     def run(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
@@ -223,12 +167,9 @@ class OpenAIChatStage:
 
     def _request(self, columns: dict[str, list[Any]], row: int) -> bytes | RecordFailure:
         """The JSON body of one row's request, or why it cannot be built."""
-        try:
-            text = format_prompt(self._template, self._fields, columns, row)
-        except Exception as exc:  # a value that does not fit its field's format spec
-            return RecordFailure(
-                f"OpenAIChatStage: prompt_template does not format: {describe(exc)}"
-            )
+        text = _prompt.prompt_text("OpenAIChatStage", self._template, self._fields, columns, row)
+        if isinstance(text, RecordFailure):
+            return text
         media: list[Any] = []
         if self._image_column is not None and columns[self._image_column][row] is not None:
             media.append(columns[self._image_column][row])
@@ -249,10 +190,7 @@ class OpenAIChatStage:
         return json.dumps({**self._body, "messages": messages}).encode()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
-        """This stage's event loop, in a daemon thread of its own (kept with its connections).
-
-        It is stopped, its connections closed, when the stage is garbage collected or closed.
-        """
+        """This stage's event loop, in a daemon thread; stopped by close() or collection."""
         if self._loop is None:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="openai-stage", daemon=True).start()
@@ -266,7 +204,7 @@ class OpenAIChatStage:
             self._closer()
             self._loop, self._sessions = None, []
 
-    async def _send_all(self, bodies: dict[int, bytes]) -> dict[int, tuple[Any, Any, Any]]:
+    async def _send_all(self, bodies: dict[int, bytes]) -> dict[int, _prompt.Answer]:
         import aiohttp
 
         if not self._sessions:
@@ -286,8 +224,8 @@ class OpenAIChatStage:
             raise
         return {row: task.result() for row, task in tasks.items()}
 
-    async def _send(self, body: bytes) -> tuple[Any, int | None, int | None]:
-        """One row's request with its retries: ``(text or RecordFailure, prompt, generated)``."""
+    async def _send(self, body: bytes) -> _prompt.Answer:
+        """One row's request with its retries."""
         assert self._gate is not None
         cause = "no attempt was made"
         for attempt in range(self._max_retries + 1):
@@ -302,10 +240,7 @@ class OpenAIChatStage:
                     cause = why
                     if attempt == self._max_retries:
                         break
-                    wait = self._backoff_s * 2**attempt * random.uniform(0.5, 1.0)
-                    if retry_after is not None:
-                        wait = max(wait, retry_after)
-                    await asyncio.sleep(min(wait, self._max_backoff_s))
+                    await self._back_off(attempt, retry_after)
                 case ("unreachable", why):
                     cause = why
                     if attempt == self._max_retries:
@@ -313,14 +248,18 @@ class OpenAIChatStage:
                             f"cannot reach the model server at {self.endpoint} "
                             f"({self._redact(why)})"
                         )
-                    wait = self._backoff_s * 2**attempt * random.uniform(0.5, 1.0)
-                    await asyncio.sleep(min(wait, self._max_backoff_s))
+                    await self._back_off(attempt, None)
         attempts = self._max_retries + 1
         return (
             RecordFailure(f"OpenAIChatStage: {self._redact(cause)} after {attempts} attempts"),
             None,
             None,
         )
+
+    async def _back_off(self, attempt: int, retry_after: float | None) -> None:
+        """Exponential backoff with jitter (half to all of it), at least ``Retry-After``."""
+        wait = self._backoff_s * 2**attempt * random.uniform(0.5, 1.0)
+        await asyncio.sleep(min(max(wait, retry_after or 0.0), self._max_backoff_s))
 
     async def _attempt(self, body: bytes) -> tuple[Any, ...]:
         """One attempt, classified: done, failed (the row's fault), retry or unreachable."""
@@ -344,10 +283,10 @@ class OpenAIChatStage:
                 return "failed", why
         except aiohttp.ClientConnectorError as exc:  # refused, no such host, connect timeout
             return "unreachable", describe(exc)
-        except (aiohttp.ClientError, TimeoutError) as exc:  # reset, dropped, no answer in time
-            if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ClientError):
-                return "retry", f"no answer in {self._timeouts[0]:g} s", None
+        except aiohttp.ClientError as exc:  # reset, dropped
             return "retry", f"the connection failed: {describe(exc)}", None
+        except TimeoutError:  # no answer in time
+            return "retry", f"no answer in {self._timeouts[0]:g} s", None
 
     def _redact(self, message: str) -> str:
         for secret in self._secrets:

@@ -1,32 +1,14 @@
-"""Exactly-once Parquet training shards with a manifest, resume and a dead-letter table.
+"""Exactly-once training shards with a manifest, resume and a dead-letter table.
 
 :func:`write_shards` streams the terminal rows of a closed lineage plan into a directory (local or
-any fsspec URL such as ``s3://``) while the pipeline still runs, through a Ray Data ``Datasink``:
-payload bytes go from the Ray write tasks straight to storage, never through the driver::
+any fsspec URL) through a Ray Data ``Datasink`` while the pipeline runs; the layout is in
+:mod:`lineage_data.connectors.manifest`, whose readers are re-exported here.
 
-    path/part-<uuid>.parquet               PRESENT rows: user columns + _lineage_root
-    path/_dead_letter/part-<uuid>.parquet  other rows: root, stage, outcome, cause, time, run_id
-    path/_manifest/<entry>.json            one commit record per data file (:class:`ManifestEntry`)
-
-A data file is written under a fresh unique name first; the manifest entry naming it is written
-only once the file is complete, and that entry is the commit point (an S3 PUT is atomic; on a local
-disk the entry is written under a temporary name and renamed). The readers live in
-:mod:`lineage_data.connectors.manifest` (re-exported here): they trust manifest entries only.
-
-Exactly-once: an entry's name hashes the run id, the kind and the sorted roots of its file, so a Ray
-write task retried inside one run commits nothing twice; a new run excludes the committed roots from
-its plan (``exclude_roots``) before it starts. One writer per path at a time.
-
-Rolling: shards are committed by Ray write tasks while the pipeline runs, cut as a streaming file
-sink rolls its files: a task gets ``rows_per_shard`` terminal rows, or fewer once they reach
-``max_bytes_per_shard`` or its first row is ``max_shard_interval_s`` seconds old (whichever comes
-first), and its PRESENT rows make one shard. So a job smaller or slower than one shard's rows still
-commits shards as it goes. The lineage accounting check runs when the run ends; shards committed
-before a failure stay committed, and a rerun resumes after them.
-
-Resume: by default every root with a manifest entry (shard or dead letter) is skipped: failed roots
-are *not* retried. With ``retry_failed=True`` dead-lettered roots run again; one that then reaches a
-shard leaves :func:`read_dead_letter`, one that fails again shows its newest dead-letter row only.
+Commit point: a data file is written under a fresh unique name, then the manifest entry naming it
+(an S3 PUT is atomic; on a local disk it is renamed into place). An entry's name hashes the run id,
+the kind and the sorted roots of its file, so a Ray write task retried inside one run commits
+nothing twice; a new run excludes the committed roots from its plan before it starts. One writer
+per path at a time. Rolling, resume and formats: ``docs/guide/shards.md``.
 """
 
 from __future__ import annotations
@@ -60,6 +42,7 @@ from lineage_data.connectors.manifest import (
     ShardError,
     committed_roots,
     concat_tables,
+    is_local,
     join_path,
     load_manifest,
     read_dead_letter,
@@ -110,7 +93,7 @@ class ShardResult:
         skipped_roots: Roots already committed when the call started, excluded from its plan.
         manifest_path: The manifest directory.
         report: The :class:`~lineage_data.RunReport` of the dataset actually executed.
-        run_id: This call's id, recorded in its manifest entries and dead-letter rows.
+        run_id: This call's id, in its manifest entries and dead-letter rows.
     """
 
     shards: tuple[str, ...]
@@ -122,24 +105,16 @@ class ShardResult:
     run_id: str
 
 
-def _check_format(fmt: str) -> None:
+def _check_options(rows: int, max_bytes: int, row_group_rows: int | None, fmt: str) -> None:
+    if rows < 1 or max_bytes < 1 or (row_group_rows is not None and row_group_rows < 1):
+        raise ValueError("rows_per_shard, max_bytes_per_shard and row_group_rows must be positive")
     if fmt not in formats.FORMATS:
         raise ValueError(f"format must be one of {list(formats.FORMATS)}, got {fmt!r}")
 
 
-def _check_sizes(rows: int, max_bytes: int, row_group_rows: int | None) -> None:
-    if rows < 1 or max_bytes < 1 or (row_group_rows is not None and row_group_rows < 1):
-        raise ValueError("rows_per_shard, max_bytes_per_shard and row_group_rows must be positive")
-
-
-def _is_local(fs: Any) -> bool:
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    return bool({"file", "local"} & set(protocols))
-
-
 def _put_atomic(fs: Any, path: str, data: bytes) -> None:
     """Write ``data`` so readers see all of it or nothing (PUT on object stores, rename on disk)."""
-    if not _is_local(fs):
+    if not is_local(fs):
         fs.pipe_file(path, data)
         return
     parent, _, name = path.rpartition("/")
@@ -152,11 +127,10 @@ class ShardWriter:
     """Writes the terminal rows of one stream (one Ray write task) into shards and commits them.
 
     Ray-free: feed it Arrow tables with :meth:`add`, then call :meth:`close`. PRESENT rows are cut
-    into shards of at most ``rows_per_shard`` rows and ``max_bytes_per_shard`` bytes of Arrow data
-    (a batch that would overflow the open shard is split; one row above the byte bound gets a shard
-    of its own); a full shard is committed at once. Other rows go to one dead-letter file, committed
-    by :meth:`close`. Reserved columns other than ``_lineage_root`` and ``_lineage_missing`` (the
-    ordinals a ``on_child_failure="skip"`` reduce left out) are not written to shards.
+    into shards of at most ``rows_per_shard`` rows and ``max_bytes_per_shard`` Arrow bytes (one row
+    above the byte bound gets a shard of its own), each committed when full; other rows go to one
+    dead-letter file, committed by :meth:`close`. Of the reserved columns, only ``_lineage_root``
+    and ``_lineage_missing`` are written to shards.
 
     Args:
         fs: An fsspec filesystem.
@@ -183,17 +157,14 @@ class ShardWriter:
         source: str | None = None,
         schema: pa.Schema | None = None,
     ) -> None:
-        _check_sizes(rows_per_shard, max_bytes_per_shard, row_group_rows)
-        _check_format(format)
+        _check_options(rows_per_shard, max_bytes_per_shard, row_group_rows, format)
         self._fixed = schema  # write_shards(schema=...): no column beyond it
         self._format = format
         self._options = {"text_column": text_column, "source": source}
         self._fs, self._path, self._run_id, self._clock = fs, path.rstrip("/"), run_id, clock
-        self._rows_per_shard, self._max_bytes, self._row_group_rows = (
-            rows_per_shard,
-            max_bytes_per_shard,
-            row_group_rows,
-        )
+        self._rows_per_shard = rows_per_shard
+        self._max_bytes = max_bytes_per_shard
+        self._row_group_rows = row_group_rows
         self._pending: list[pa.Table] = []  # rows of the next row group
         self._pending_rows = self._shard_rows = self._shard_bytes = 0  # shard: written + pending
         self._roots: list[str] = []  # roots written to the open shard's file so far
@@ -308,13 +279,8 @@ class ShardWriter:
         self._shard_rows = self._shard_bytes = 0
 
     def _staged(self, name: str) -> str:
-        """Where a data file is written while it is incomplete.
-
-        On a local disk a staging folder readers skip (the file is renamed into place when
-        complete); on an object store the file itself (an object is visible only once its upload
-        completed).
-        """
-        if not _is_local(self._fs):
+        """Where a data file is written while incomplete (on S3: in place, visible when done)."""
+        if not is_local(self._fs):
             return join_path(self._path, name)
         self._fs.makedirs(join_path(self._path, STAGING_DIR), exist_ok=True)
         return join_path(self._path, STAGING_DIR, name)
@@ -385,10 +351,7 @@ def _datasink_class() -> type:
             return int(self._kwargs["rows_per_shard"])
 
         def write(self, blocks: Iterable[Any], ctx: Any) -> list[str]:
-            """Write one bundle; return the names of the entries committed.
-
-            A task that raises leaves at most an uncommitted file (an orphan readers ignore).
-            """
+            """Write one bundle; the entries committed (a failed task leaves an orphan)."""
             with s3_errors(self._path, self._fs):
                 writer = ShardWriter(self._fs, self._path, **self._kwargs)
                 for block in blocks:
@@ -447,9 +410,6 @@ def write_shards(
         source: The ``source`` field of JSONL documents.
         schema: Every shard's schema, fixed in advance (default: the first shard's, then grown).
 
-    Returns:
-        A :class:`ShardResult` for this call.
-
     Raises:
         PlanError: ``ds`` is not a closed plan.
         ShardError: ``resume=False`` and ``path`` already holds committed entries.
@@ -457,28 +417,22 @@ def write_shards(
         S3BucketNotFoundError: The bucket does not exist and ``create_bucket`` is False.
         ValueError: A size argument is not positive.
     """
-    _check_arguments(ds, rows_per_shard, max_bytes_per_shard, row_group_rows, format)
+    if ds.level != 0:
+        raise PlanError(f"write_shards needs a closed plan (level 0), got level {ds.level}")
+    _check_options(rows_per_shard, max_bytes_per_shard, row_group_rows, format)
     fs, root, skip = _open_directory(path, filesystem, resume, retry_failed, create_bucket)
     run = ds.exclude_roots(skip) if skip else ds
     sink_options = {
+        "rows_per_shard": rows_per_shard,
+        "max_bytes_per_shard": max_bytes_per_shard,
         "row_group_rows": row_group_rows,
         "format": format,
         "text_column": text_column,
         "source": source,
         "schema": schema,
     }
-    rolling = (rows_per_shard, max_bytes_per_shard, max_shard_interval_s)
-    run_id = _run(run, fs, root, path, rolling, sink_options)
+    run_id = _run(run, fs, root, path, sink_options, max_shard_interval_s)
     return _result(fs, root, path, run, run_id, skipped=len(skip))
-
-
-def _check_arguments(
-    ds: LineageDataset, rows: int, max_bytes: int, row_group_rows: int | None, fmt: str
-) -> None:
-    if ds.level != 0:
-        raise PlanError(f"write_shards needs a closed plan (level 0), got level {ds.level}")
-    _check_sizes(rows, max_bytes, row_group_rows)
-    _check_format(fmt)
 
 
 def _run(
@@ -486,26 +440,20 @@ def _run(
     fs: Any,
     root: str,
     path: str,
-    rolling: tuple[int, int, float | None],
     sink_options: dict[str, Any],
+    interval_s: float | None,
 ) -> str:
-    """Run ``run`` into the shard directory; its report is saved beside the shards even if it fails.
-
-    ``rolling``: rows, bytes and seconds that cut a shard. Returns the new run's id.
-    """
-    rows, max_bytes, interval_s = rolling
+    """Run ``run`` into the shard directory, return its id; its report is saved even if it fails."""
     run_id = uuid.uuid4().hex
-    sink = _datasink_class()(
-        fs, root, run_id=run_id, rows_per_shard=rows, max_bytes_per_shard=max_bytes, **sink_options
-    )
+    sink = _datasink_class()(fs, root, run_id=run_id, **sink_options)
     # a Lance directory has one Lance committer: this call's (lance_format explains why)
     lance = sink_options["format"] == "lance"
     try:
         with lance_format.committer(fs, root) if lance else contextlib.nullcontext():
             run.write_datasink(
                 sink,
-                rows_per_write=rows,
-                max_bytes_per_write=max_bytes,
+                rows_per_write=sink_options["rows_per_shard"],
+                max_bytes_per_write=sink_options["max_bytes_per_shard"],
                 max_write_interval_s=interval_s,
             )
     finally:
@@ -517,11 +465,7 @@ def _run(
 def _open_directory(
     path: str, filesystem: Any, resume: bool, retry_failed: bool, create_bucket: bool
 ) -> tuple[Any, str, set[str]]:
-    """``(fs, root, roots to skip)`` of a shard directory made ready for a new run.
-
-    Checks access (creating the bucket if asked), creates the layout's folders, refuses a directory
-    with entries when ``resume`` is off, and removes the files a killed run left without an entry.
-    """
+    """``(fs, root, roots to skip)`` of a shard directory made ready for a run (orphans removed)."""
     fs, root = resolve_filesystem(path, filesystem)
     check_access(fs, root, create_bucket=create_bucket)
     with s3_errors(path, fs):

@@ -1,27 +1,9 @@
-r"""vLLM offline inference as a batch stage: one engine per actor, one ``generate`` call per batch.
+"""vLLM offline inference as a batch stage: one engine per actor, one ``generate`` call per batch.
 
-:class:`VllmStage` is a callable class for ``map_batches``; each actor builds one ``vllm.LLM`` in
-its constructor and sends every row of a batch to ``LLM.generate`` in a single call::
-
-    captions = pages.map_batches(
-        VllmStage,
-        batch_format="pyarrow",
-        num_gpus=1,
-        concurrency=4,
-        fn_constructor_kwargs={
-            "model": "/models/llava-1.5-7b-hf",
-            "prompt_template": "USER: <image>\n{text}\nASSISTANT:",
-            "sampling_params": {"max_tokens": 128, "temperature": 0.0},
-            "engine_kwargs": {"max_model_len": 4096},
-        },
-    )
-
-Failure policy: a problem that belongs to one row (an image that does not decode, a template that
-does not format, a request that finishes with ``finish_reason`` ``"error"`` or ``"abort"``) becomes
-``RecordFailure(cause)`` in that row's output; any exception raised by ``LLM.generate`` itself (a
-dead engine, or an input vLLM rejects, which fails the whole call) propagates so the batch fails and
-is retried. ``lineage_data.connectors.echo_llm.EchoLLM`` is a CPU stand-in with vLLM's offline
-interface for demos and tests.
+A problem of one row (an image that does not decode, a template that does not format, a request
+that finishes with ``"error"`` or ``"abort"``) becomes that row's ``RecordFailure``; an exception
+from ``LLM.generate`` itself fails the batch, which is retried. Usage and examples:
+``docs/connectors/vllm.md``.
 """
 
 from __future__ import annotations
@@ -36,7 +18,8 @@ import pyarrow as pa
 
 from lineage_data import RecordFailure
 from lineage_data._core.errors import describe
-from lineage_data.connectors._prompt import batch_columns, format_prompt, template_fields
+from lineage_data.connectors import _prompt
+from lineage_data.connectors._prompt import NUM_GENERATED_TOKENS, NUM_PROMPT_TOKENS
 
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
@@ -50,8 +33,6 @@ __all__ = [
 
 INSTALL_HINT = "pip install 'lineage-data[vllm]'"
 DEFAULT_PROMPT_TEMPLATE = "{text}"
-NUM_PROMPT_TOKENS = "num_prompt_tokens"
-NUM_GENERATED_TOKENS = "num_generated_tokens"
 
 # vLLM's finish reasons are "stop", "length", "abort", "error" and "repetition"; the last two of
 # these stop early by design, the first pair say the request produced no usable completion.
@@ -71,15 +52,11 @@ class LLMLike(Protocol):
 class VllmStage:
     """A ``map_batches`` callable that runs one vLLM ``generate`` call per batch.
 
-    Each row becomes one prompt dict ``{"prompt": str, "multi_modal_data": {...}}``: the text is
-    ``prompt_template`` formatted with the row's columns; the image (PNG/JPEG bytes) is decoded
-    with Pillow into an RGB ``PIL.Image``; the frames of a clip (a list of JPEG bytes) become a list
-    of images, sent as several ``"image"`` items or as one ``"video"`` item (``frames_as``).
-    Multi-image prompts need ``engine_kwargs={"limit_mm_per_prompt": {"image": N}}`` in vLLM.
-
-    The result has exactly one row per input row, in input order, with the columns
-    ``output_column`` (the first completion's text, or a ``RecordFailure``), ``num_prompt_tokens``
-    and ``num_generated_tokens`` (``None`` when unknown or when the row failed).
+    Each row becomes one prompt ``{"prompt": str, "multi_modal_data": {...}}``: ``prompt_template``
+    formatted with the row's columns, and its image or frames decoded into RGB ``PIL.Image``s.
+    Multi-image prompts need ``engine_kwargs={"limit_mm_per_prompt": {"image": N}}`` in vLLM. The
+    result has one row per input row, in input order: ``output_column`` (the first completion's
+    text, or a ``RecordFailure``), ``num_prompt_tokens`` and ``num_generated_tokens``.
 
     Example (on CPU, with the stand-in engine):
         >>> import pyarrow as pa
@@ -91,21 +68,17 @@ class VllmStage:
     Args:
         model: Model name or local path, passed to the engine as ``model=``.
         prompt_template: ``str.format`` template; its fields name columns of the batch.
-        image_column: Column of encoded image bytes, or ``None`` for no single image.
+        image_column: Column of encoded image bytes, or ``None``.
         frames_column: Column of lists of encoded frames (video clips), or ``None``.
         frames_as: ``"image"`` (frames as an image list) or ``"video"`` (one video item).
-        text_columns: If given, the only columns the template may name (checked here);
-            empty lets it name any non-media column of the batch.
+        text_columns: If given, the only columns the template may name.
         output_column: Name of the generated-text column.
-        sampling_params: Keyword arguments for ``vllm.SamplingParams``; ``None`` keeps the
-            model's defaults.
+        sampling_params: Keyword arguments for ``vllm.SamplingParams`` (``None``: the model's).
         engine_kwargs: Extra keyword arguments for ``vllm.LLM`` (``max_model_len``, ...).
         llm_factory: Called as ``llm_factory(model=model, **engine_kwargs)`` instead of
-            ``vllm.LLM``; the result must implement :class:`LLMLike` (e.g. the test tooling's
-            ``lineage_data.connectors.echo_llm.EchoLLM``).
+            ``vllm.LLM``; returns an :class:`LLMLike` (e.g. ``echo_llm.EchoLLM``).
         sampling_params_factory: Called as ``factory(**sampling_params)`` instead of
-            ``vllm.SamplingParams``. When ``llm_factory`` is given and this is not, the
-            sampling parameters are passed to ``generate`` as a plain dict.
+            ``vllm.SamplingParams``; with an ``llm_factory`` and without it, a plain dict is sent.
 
     Raises:
         ImportError: vLLM is needed (no ``llm_factory``) but not installed.
@@ -129,15 +102,9 @@ class VllmStage:
     ) -> None:
         if frames_as not in ("image", "video"):
             raise ValueError(f"frames_as must be 'image' or 'video', got {frames_as!r}")
-        if output_column in (NUM_PROMPT_TOKENS, NUM_GENERATED_TOKENS):
-            raise ValueError(f"output_column {output_column!r} clashes with a token-count column")
-        fields = template_fields(prompt_template)
-        if text_columns and (unknown := sorted(fields - set(text_columns))):
-            raise ValueError(f"prompt_template uses {unknown}, which are not in text_columns")
-        if media := sorted(fields & {image_column, frames_column}):
-            raise ValueError(f"prompt_template uses the media column(s) {media}")
+        media = (image_column, frames_column)
+        self._fields = _prompt.checked_fields(prompt_template, output_column, media, text_columns)
         self._template = prompt_template
-        self._fields = fields
         self._image_column = image_column
         self._frames_column = frames_column
         self._frames_as = frames_as
@@ -156,87 +123,51 @@ class VllmStage:
         self._llm: LLMLike | None = self._llm_factory(model=model, **self._engine_kwargs)
 
     def __call__(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
-        """Generate one output per row of ``batch``, in row order.
-
-        Args:
-            batch: The rows, as a ``pyarrow.Table`` (or a mapping of column name to values).
-
-        Returns:
-            Columns ``output_column``, ``num_prompt_tokens`` and ``num_generated_tokens``.
+        """Generate one output per row of ``batch`` (a table or a mapping of columns), in row order.
 
         Raises:
             ValueError: The batch lacks a column the stage is configured to read.
             Exception: Whatever ``LLM.generate`` raises, unchanged (the batch fails).
         """
-        values, prompts, rows = self._prompts(batch)
-        return self._result(values, rows, self._generate(prompts) if prompts else [])
+        values, prompts = self._prompts(batch)
+        outputs = self._generate(list(prompts.values())) if prompts else []
+        answers = {row: _read_output(o) for row, o in zip(prompts, outputs, strict=True)}
+        return _prompt.output_columns(self._output_column, values, answers)
 
     def _prompts(
         self, batch: pa.Table | Mapping[str, Sequence[Any]]
-    ) -> tuple[list[Any], list[dict[str, Any]], list[int]]:
-        """Per row its failure or None; the prompts; and the input row of each prompt."""
-        columns, num_rows = self._columns(batch)
-        values: list[Any] = [None] * num_rows
-        prompts: list[dict[str, Any]] = []
-        rows: list[int] = []  # rows[i] is the input row of prompts[i]
-        for row in range(num_rows):
-            prompt_or_failure = self._prompt(columns, row)
-            if isinstance(prompt_or_failure, RecordFailure):
-                values[row] = prompt_or_failure
-            else:
-                prompts.append(prompt_or_failure)
-                rows.append(row)
-        return values, prompts, rows
-
-    def _result(
-        self, values: list[Any], rows: list[int], outputs: list[Any]
-    ) -> dict[str, list[Any]]:
-        """The output columns: ``outputs[i]`` answers input row ``rows[i]``."""
-        prompt_tokens: list[int | None] = [None] * len(values)
-        generated_tokens: list[int | None] = [None] * len(values)
-        for row, output in zip(rows, outputs, strict=True):
-            values[row], prompt_tokens[row], generated_tokens[row] = _read_output(output)
-        return {
-            self._output_column: values,
-            NUM_PROMPT_TOKENS: prompt_tokens,
-            NUM_GENERATED_TOKENS: generated_tokens,
-        }
-
-    def _columns(
-        self, batch: pa.Table | Mapping[str, Sequence[Any]]
-    ) -> tuple[dict[str, list[Any]], int]:
+    ) -> tuple[list[Any], dict[int, dict[str, Any]]]:
+        """Per row its failure or None, and the prompt of every other row."""
         wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
-        return batch_columns(batch, wanted | self._fields, "VllmStage")
+        columns, num_rows = _prompt.batch_columns(batch, wanted | self._fields, "VllmStage")
+        return _prompt.requests(num_rows, lambda row: self._row_prompt(columns, row))
 
-    def _prompt(self, columns: dict[str, list[Any]], row: int) -> dict[str, Any] | RecordFailure:
+    def _row_prompt(
+        self, columns: dict[str, list[Any]], row: int
+    ) -> dict[str, Any] | RecordFailure:
         """The prompt dict of one row, or the reason it cannot be built."""
-        try:
-            text = format_prompt(self._template, self._fields, columns, row)
-        except Exception as exc:  # a value that does not fit its field's format spec
-            return RecordFailure(f"VllmStage: prompt_template does not format: {describe(exc)}")
-        images: list[Any] = []
-        if self._image_column is not None and columns[self._image_column][row] is not None:
+        text = _prompt.prompt_text("VllmStage", self._template, self._fields, columns, row)
+        if isinstance(text, RecordFailure):
+            return text
+        image = columns[self._image_column][row] if self._image_column is not None else None
+        frames = (
+            (columns[self._frames_column][row] or []) if self._frames_column is not None else []
+        )
+        encoded = [] if image is None else [(f"image in column {self._image_column!r}", image)]
+        encoded += [
+            (f"frame {i} in column {self._frames_column!r}", f) for i, f in enumerate(frames)
+        ]
+        decoded: list[Any] = []
+        for what, data in encoded:
             try:
-                images.append(_decode_image(columns[self._image_column][row]))
+                decoded.append(_decode_image(data))
             except Exception as exc:
-                return RecordFailure(
-                    f"VllmStage: image in column {self._image_column!r} does not decode: "
-                    f"{describe(exc)}"
-                )
-        frames: list[Any] = []
-        if self._frames_column is not None and columns[self._frames_column][row]:
-            for index, data in enumerate(columns[self._frames_column][row]):
-                try:
-                    frames.append(_decode_image(data))
-                except Exception as exc:
-                    return RecordFailure(
-                        f"VllmStage: frame {index} in column {self._frames_column!r} does not "
-                        f"decode: {describe(exc)}"
-                    )
+                return RecordFailure(f"VllmStage: {what} does not decode: {describe(exc)}")
         media = [c for c in (self._image_column, self._frames_column) if c is not None]
-        if media and not images and not frames:
+        if media and not decoded:
             return RecordFailure(f"VllmStage: the row has no image in column(s) {media}")
-        return {"prompt": text, **self._multi_modal_data(images, frames)}
+        images = 0 if image is None else 1  # the image, then the frames
+        return {"prompt": text, **self._multi_modal_data(decoded[:images], decoded[images:])}
 
     def _multi_modal_data(self, images: list[Any], frames: list[Any]) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -250,11 +181,15 @@ class VllmStage:
             data["image"] = items
         return {"multi_modal_data": data} if data else {}
 
-    def _generate(self, prompts: list[dict[str, Any]]) -> list[Any]:
-        if self._llm is None:  # the engine died during an earlier batch: start a fresh one
+    def _engine(self) -> Any:
+        """The engine, started afresh if it died during an earlier batch."""
+        if self._llm is None:
             self._llm = self._llm_factory(model=self._model, **self._engine_kwargs)
+        return self._llm
+
+    def _generate(self, prompts: list[dict[str, Any]]) -> list[Any]:
         try:
-            outputs = self._llm.generate(
+            outputs = self._engine().generate(
                 prompts, sampling_params=self._sampling_params, use_tqdm=False
             )
         except Exception as exc:
@@ -277,23 +212,12 @@ class AsyncLLMLike(Protocol):
 class AsyncVllmStage(VllmStage):
     """:class:`VllmStage` on vLLM's async engine: several batches in flight per actor.
 
-    ``__call__`` is a coroutine, so by Ray Data's own rule an actor pool with
+    ``__call__`` is a coroutine, so an actor pool with
     ``ActorPoolStrategy(size=n, max_concurrent_calls_per_actor=k)`` keeps k batches in flight per
-    actor: the engine schedules the requests of all of them together and is not idle while a
-    finished batch is shipped out and the next one is decoded (as Ray Data's LLM processor does with
-    ``max_concurrent_batches``)::
-
-        captions = pages.map_batches(
-            AsyncVllmStage,
-            batch_size=32,
-            num_gpus=1,
-            compute=ray.data.ActorPoolStrategy(size=4, max_concurrent_calls_per_actor=4),
-            fn_constructor_kwargs={"model": "/models/llava-1.5-7b-hf", ...},
-        )
-
-    Same arguments, outputs and failure policy as :class:`VllmStage`; ``llm_factory`` builds an
-    :class:`AsyncLLMLike` engine (default: ``vllm.AsyncLLMEngine.from_engine_args``), e.g. the test
-    tooling's ``lineage_data.connectors.echo_llm.EchoAsyncLLM``.
+    actor and the engine schedules their requests together (as Ray Data's LLM processor does with
+    ``max_concurrent_batches``). Same arguments, outputs and failure policy as :class:`VllmStage`;
+    ``llm_factory`` builds an :class:`AsyncLLMLike` engine (default:
+    ``vllm.AsyncLLMEngine.from_engine_args``), e.g. ``echo_llm.EchoAsyncLLM``.
     """
 
     def __init__(self, model: str, **kwargs: Any) -> None:
@@ -309,19 +233,19 @@ class AsyncVllmStage(VllmStage):
         self, batch: pa.Table | Mapping[str, Sequence[Any]]
     ) -> dict[str, list[Any]]:
         """Generate one output per row of ``batch``, in row order (see :meth:`VllmStage.__call__`)."""
-        values, prompts, rows = self._prompts(batch)
-        if self._llm is None:  # the engine died during an earlier batch: start a fresh one
-            self._llm = self._llm_factory(model=self._model, **self._engine_kwargs)
-        outputs = await asyncio.gather(*(self._one(p) for p in prompts)) if prompts else []
-        return self._result(values, rows, list(outputs))
+        values, prompts = self._prompts(batch)
+        engine = self._engine()
+        outputs = await asyncio.gather(*(self._one(engine, p) for p in prompts.values()))
+        answers = {row: _read_output(o) for row, o in zip(prompts, outputs, strict=True)}
+        return _prompt.output_columns(self._output_column, values, answers)
 
-    async def _one(self, prompt: dict[str, Any]) -> Any:
+    async def _one(self, engine: Any, prompt: dict[str, Any]) -> Any:
         """The finished output of one request (a request that ends in error fails its row)."""
-        engine: Any = self._llm
-        request_id = str(next(self._requests))
         final = None
         try:
-            async for output in engine.generate(prompt, self._sampling_params, request_id):
+            async for output in engine.generate(
+                prompt, self._sampling_params, str(next(self._requests))
+            ):
                 final = output
         except Exception as exc:
             if _is_engine_dead(exc):
@@ -332,7 +256,6 @@ class AsyncVllmStage(VllmStage):
 
 
 def _async_engine(model: str, **engine_kwargs: Any) -> Any:
-    """VLLM's async engine for ``model``."""
     args = _vllm_attribute("AsyncEngineArgs")(model=model, **engine_kwargs)
     return _vllm_attribute("AsyncLLMEngine").from_engine_args(args)
 
@@ -351,11 +274,7 @@ def _decode_image(data: Any) -> Any:
 
 
 def _check_alignment(prompts: list[dict[str, Any]], outputs: list[Any]) -> None:
-    """Raise unless ``outputs[i]`` is the answer to ``prompts[i]`` as far as the outputs tell.
-
-    vLLM documents its result as "in the same order as the input prompts"; its request ids are
-    increasing integers and text-only outputs repeat their prompt, so both are checked.
-    """
+    """Raise unless ``outputs[i]`` answers ``prompts[i]``, as far as ids and echoed prompts tell."""
     if len(outputs) != len(prompts):
         raise RuntimeError(
             f"VllmStage: the engine returned {len(outputs)} outputs for {len(prompts)} prompts"
@@ -378,7 +297,7 @@ def _check_alignment(prompts: list[dict[str, Any]], outputs: list[Any]) -> None:
             )
 
 
-def _read_output(output: Any) -> tuple[Any, int | None, int | None]:
+def _read_output(output: Any) -> _prompt.Answer:
     """``(text or RecordFailure, prompt tokens, generated tokens)`` of one request's output."""
     if isinstance(output, BaseException):
         return RecordFailure(f"VllmStage: the request failed: {describe(output)}"), None, None

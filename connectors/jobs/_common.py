@@ -92,10 +92,8 @@ def require(extra: str, modules: Sequence[str]) -> None:
 def quiet(verbose: bool) -> None:
     """Ray's own chatter off unless ``verbose``: its INFO lines, notices, bars and C++ log lines.
 
-    Ray's C++ core (its ``core_worker.cc`` ERROR line for every restartable actor pool whose
-    constructor arguments are in the object store) reads its level from ``RAY_BACKEND_LOG_LEVEL``
-    when it starts; the Python loggers and Ray Data's bars are set here. Our own progress line
-    stays: one line on a terminal, whole lines in a log.
+    Ray's C++ core (a ``core_worker.cc`` ERROR line per restartable actor pool) reads its level
+    from ``RAY_BACKEND_LOG_LEVEL`` when it starts. Our own progress line stays.
     """
     if verbose:
         return
@@ -119,18 +117,16 @@ def start_ray(address: str | None, *, verbose: bool = False) -> None:
         return
     with _stderr_kept_unless_failed():  # Ray's C++ core says at start that we set its log level
         ld.init(address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    if not verbose:
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        for name in ("ray", "ray.data"):  # ray.init added its handlers: keep them quiet too
-            logging.getLogger(name).setLevel(logging.ERROR)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    for name in ("ray", "ray.data"):  # ray.init added its handlers: keep them quiet too
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 @contextlib.contextmanager
 def _stderr_kept_unless_failed() -> Iterator[None]:
     """What the process writes to fd 2 in the block is dropped, or printed if the block raises.
 
-    Ray's C++ core writes to fd 2 itself, around Python's ``sys.stderr``: only the descriptor can
-    hold it back.
+    Ray's C++ core writes to fd 2 itself, around ``sys.stderr``: only the descriptor holds it back.
     """
     sys.stderr.flush()
     saved = os.dup(2)
@@ -159,19 +155,14 @@ def run_job(
 
     ``needs`` is the extra and the modules it brings; ``plan()`` builds the lineage plan once Ray is up.
     """
+    from lineage_data.connectors.shards import write_shards
+
     require(*needs)
     if args.input.startswith("s3://") or args.output.startswith("s3://"):
         require("s3", ["s3fs"])
     start_ray(args.address, verbose=args.verbose)
-    return write_and_report(plan(), args, unit=unit)
-
-
-def write_and_report(ds: Any, args: argparse.Namespace, *, unit: str = "pages") -> int:
-    """Write ``ds`` as shards to ``args.output``; print one summary; 0, or 1 if any input failed."""
-    from lineage_data.connectors.shards import write_shards
-
     result = write_shards(
-        ds,
+        plan(),
         args.output,
         rows_per_shard=args.rows_per_shard,
         max_shard_interval_s=args.shard_interval,

@@ -49,21 +49,19 @@ def build(
 ) -> ld.LineageDataset:
     """The lineage plan (nothing runs until it is consumed)."""
     docs = ld.read_files(input_path, filesystem=filesystem, file_extensions=["pdf"])
+    pool: dict[str, Any] = {
+        "concurrency": concurrency,
+        "num_gpus": num_gpus,
+        "batch_size": batch_size,
+    }
     if stage == "ocr":
-        return build_ocr(
-            docs,
-            concurrency=concurrency,
-            num_gpus=num_gpus,
-            batch_size=batch_size,
-            dpi=dpi or OCR_DPI,
-        )
+        return build_ocr(docs, dpi=dpi or OCR_DPI, **pool)
     pages = docs.expand_lineage(
         functools.partial(render_pages, dpi=dpi or 72.0, render=stage in ("vlm", "server")),
         name="render_pages",
         timeout_s=PAGE_TIMEOUT_S,
     )
-    args = model_args(concurrency, num_gpus, batch_size)
-    text = _transcribe(pages, stage, model, server_url, args)
+    text = _transcribe(pages, stage, model, server_url, model_args(**pool))
     return text.reduce_lineage(assemble, name="assemble")
 
 
@@ -75,43 +73,26 @@ def _transcribe(
     args: dict[str, Any],
 ) -> ld.LineageDataset:
     """The page text: a vision model (``vlm``: vLLM; ``server``: an OpenAI API) or the text layer."""
-    prompt = "Transcribe page {page_index} as markdown."
     if stage == "vlm":
         from lineage_data.connectors.echo_llm import EchoLLM
         from lineage_data.connectors.vllm import VllmStage
 
-        text = pages.map_batches(
-            VllmStage,
-            name="ocr",
-            fn_constructor_kwargs={
-                "model": model or "echo",
-                "prompt_template": prompt,
-                "image_column": "image",
-                "output_column": "text",
-                "llm_factory": None if model else EchoLLM,
-            },
-            **args,
-        )
+        model_stage: Any = VllmStage
+        options = {"model": model or "echo", "llm_factory": None if model else EchoLLM}
     elif stage == "server":
         from lineage_data.connectors.openai import OpenAIChatStage
 
         if not (server_url and model):
             raise SystemExit("lineage-data pdf: --stage server needs --server-url and --model")
-        text = pages.map_batches(
-            OpenAIChatStage,
-            name="ocr",
-            fn_constructor_kwargs={
-                "base_url": server_url,
-                "model": model,
-                "prompt_template": prompt,
-                "image_column": "image",
-                "output_column": "text",
-            },
-            **args,
-        )
+        model_stage, options = OpenAIChatStage, {"base_url": server_url, "model": model}
     else:
-        text = pages.map_batches(ExtractText, name="text", **args)
-    return text
+        return pages.map_batches(ExtractText, name="text", **args)
+    options |= {
+        "prompt_template": "Transcribe page {page_index} as markdown.",
+        "image_column": "image",
+        "output_column": "text",
+    }
+    return pages.map_batches(model_stage, name="ocr", fn_constructor_kwargs=options, **args)
 
 
 def build_ocr(
