@@ -216,6 +216,6 @@ def init(address: str | None = None, **ray_init_kwargs: Any) -> None:
         address: Cluster address (``"auto"``, ``"ray://host:10001"`` ...), or ``"local"``.
         **ray_init_kwargs: Passed to ``ray.init`` (``num_gpus=``, ``runtime_env=`` ...).
     """
-    from lineage_data._ray.execute import ensure_ray
+    from lineage_data._ray.init import init_ray
 
-    ensure_ray(address, **ray_init_kwargs)
+    init_ray(address, **ray_init_kwargs)

@@ -38,7 +38,6 @@ class ExpandOp:
     def __init__(
         self,
         stage: Expand,
-        index: int,
         coordinator: OperatorClient,
         *,
         rows_per_block: int = DEFAULT_ROWS_PER_BLOCK,
@@ -47,7 +46,6 @@ class ExpandOp:
     ) -> None:
         self._stage = stage
         self._guard = Guard.of(stage, coordinator, watchdog=watchdog)
-        self._index = index
         self._coordinator = coordinator
         self._rows_per_block = rows_per_block
         self._target_bytes = target_bytes

@@ -62,7 +62,7 @@ def build_op(
     fenced = cast(OperatorClient, coordinator)
     match stage:
         case Expand():
-            return ExpandOp(stage, index, fenced, rows_per_block=rows_per_block, watchdog=watchdog)
+            return ExpandOp(stage, fenced, rows_per_block=rows_per_block, watchdog=watchdog)
         case Reduce():
             opening = plan.stages[opening_expand(plan, index)]
             assert isinstance(opening, Expand)

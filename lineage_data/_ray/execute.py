@@ -29,7 +29,7 @@ from lineage_data._ray import compat
 from lineage_data._ray.actors import Helper, Supervisor, kill_all, new_run_id
 from lineage_data._ray.coordinator import CoordinatorClient, start_coordinator
 from lineage_data._ray.holders import HolderSet, start_holders
-from lineage_data._ray.init import init_ray as ensure_ray
+from lineage_data._ray.init import init_ray
 from lineage_data._ray.lower import lower
 from lineage_data._ray.progress import _Progress, _progress_enabled
 from lineage_data._ray.rolled import RolledWrite
@@ -114,7 +114,7 @@ class Execution:
         on_report: Callable[[RunReport], None] | None = None,
         keep_parents: bool = False,
     ) -> None:
-        ensure_ray()
+        init_ray()
         self._plan = plan
         self._keep_parents = keep_parents  # (see iter_kept)
         self._on_report = on_report
@@ -262,33 +262,26 @@ class Execution:
             self._raise(exc)
         self.finish()
 
-    def write(
-        self,
-        action: Callable[[Any], Any],
-        *,
-        prepare: Callable[[Any], Any] | None = None,
-        keep_lineage: bool = True,
-    ) -> None:
-        """Run a Ray Data write (``action(ds)``) per pass; account the write results; check the run.
-
-        ``prepare`` reshapes the dataset before the write (e.g. a streaming split into blocks).
-        """
+    def write(self, action: Callable[[Any], Any], *, keep_lineage: bool = True) -> None:
+        """Run a Ray Data write (``action(ds)``) per pass; account the write results; check the run."""
         self._begin()
         level = self._plan.level
         try:
             for current in self._run_passes():
-                ds = prepare(current.dataset) if prepare else current.dataset
                 self._writing = current
                 progress = current.coordinator
                 action(
                     accounted(
-                        ds, level, self._account, keep_lineage=keep_lineage, progress=progress
+                        current.dataset,
+                        level,
+                        self._account,
+                        keep_lineage=keep_lineage,
+                        progress=progress,
                     )
                 )
             extra = self._driver_rows()
             if extra:
                 ds = ray.data.from_blocks(extra)  # (no remote task per table for its metadata)
-                ds = prepare(ds) if prepare else ds
                 action(accounted(ds, level, lambda sink: None, keep_lineage=keep_lineage))
         except BaseException as exc:
             self._close()
@@ -496,7 +489,7 @@ def detached_dataset(plan: Plan) -> Any:
     An execution callback stops the helpers when the execution ends (or the dataset is collected);
     a second execution raises a :class:`LineageError`. No accounting, repair or report.
     """
-    ensure_ray()
+    init_ray()
     current = _Pass(plan, Supervisor(), ledger=False)
     helpers, client = list(current.helpers), current.client
     state = {"runs": 0, "stopped": False}

@@ -55,7 +55,7 @@ def test_a_block_of_batches_is_one_hand_off_and_a_group_failure_bars_later_sibli
     state = Counting()
     rows = [{"d": "a", "n": 7}, {"d": "b", "n": 3}]
     source = with_lineage(pa.Table.from_pylist(rows), ["a", "b"])
-    block = C.concat(list(ExpandOp(plan.stages[0], 0, state, rows_per_block=64)(source)))
+    block = C.concat(list(ExpandOp(plan.stages[0], state, rows_per_block=64)(source)))
     out = RowStageOp(plan.stages[1], 1, state)(block)
     assert state.calls == ["handoff", "commit"]
     # calls of 2 rows: a0 a1 | a2 a3 | (a4 a5 a6 barred) b0 | b1 b2

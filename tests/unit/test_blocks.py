@@ -106,7 +106,7 @@ def test_nested_expansions_size_their_own_blocks():
 
 
 def expand(plan, table, **options):
-    op = ExpandOp(plan.stages[0], 0, LineageState(), **options)
+    op = ExpandOp(plan.stages[0], LineageState(), **options)
     return list(op(table))
 
 
