@@ -116,6 +116,8 @@ def start_ray(address: str | None, *, verbose: bool = False) -> None:
         ld.init(address, include_dashboard=False)
         return
     with _stderr_kept_unless_failed():  # Ray's C++ core says at start that we set its log level
+        import ray.data  # (its import's output held back too)
+
         ld.init(address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False
     for name in ("ray", "ray.data"):  # ray.init added its handlers: keep them quiet too

@@ -12,8 +12,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from lineage_data._ray.compat import eval_expression
-
 
 @dataclass(frozen=True)
 class Columns:
@@ -38,6 +36,8 @@ class Predicate:
     __name__ = "filter"
 
     def __call__(self, row: dict) -> bool:
+        from lineage_data._ray.compat import eval_expression  # imports ray: not at dataset import
+
         return bool(eval_expression(self.expr, pa.Table.from_pylist([row]))[0].as_py())
 
 
@@ -67,6 +67,8 @@ class WithColumn:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from ray.data.expressions import Expr
+
+        from lineage_data._ray.compat import eval_expression
 
         values = (
             eval_expression(self.expr, batch) if isinstance(self.expr, Expr) else self.expr(batch)

@@ -8,6 +8,7 @@ import pytest
     "module",
     [
         "lineage_data",
+        "lineage_data.dataset",
         "lineage_data._core",
         "lineage_data._core.local",
         "lineage_data._core.physical",
