@@ -78,7 +78,7 @@ def _shuffled(
 def _draw(pool: pa.Table, n: int, rng: random.Random) -> tuple[pa.Table, pa.Table]:
     """``n`` rows of ``pool`` at random, and the rest."""
     chosen = set(rng.sample(range(pool.num_rows), n))
-    picked = [i for i in range(pool.num_rows) if i in chosen]
+    picked = sorted(chosen)
     rng.shuffle(picked)
     rest = [i for i in range(pool.num_rows) if i not in chosen]
     return pool.take(pa.array(picked, pa.int64())), pool.take(pa.array(rest, pa.int64()))

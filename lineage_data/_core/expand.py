@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 from collections.abc import Generator, Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,16 +56,13 @@ class ExpandOp:
 
     def __call__(self, table: pa.Table) -> Iterator[pa.Table]:
         """Process one batch; yields blocks of ``rows_per_block`` rows (the last one fewer)."""
-        parents, others = self._split(C.conform(table))
+        parents, passthrough = split_level(C.conform(table), self._stage.level, headers=False)
         blocks = _Blocks(self)
         rows, lineage = self._rows(parents)
         guard = self._guard
         whole = True
         if lineage:  # the block is journaled before any parent runs (see _core.guard)
-            first, last = lineage[0], lineage[-1]
-            whole = guard.block(
-                len(lineage), unit_key(first[0], first[1]), unit_key(last[0], last[1])
-            )
+            whole = guard.block(len(lineage), unit_key(*lineage[0][:2]), unit_key(*lineage[-1][:2]))
         for row, (root, path, outcome, cause, stage) in zip(rows, lineage, strict=True):
             key = (root, path)
             entering = (
@@ -74,7 +72,7 @@ class ExpandOp:
             )
             payload = None  # a parent that is not expanded keeps no payload
             if entering is None and not whole:  # an isolated block: each parent journaled alone
-                entering = guard.unit(unit_key(root, path))
+                entering = guard.unit(unit_key(*key))
             if entering is None:
                 guard.tick()  # timeout_s bounds each wait for the next child (not the yields)
                 try:
@@ -83,25 +81,15 @@ class ExpandOp:
                     guard.pause()
                 payload = self._parent_payload(row)
                 if not whole:
-                    guard.done(unit_key(root, path))
+                    guard.done(unit_key(*key))
             yield from blocks.close(key, payload, entering)
         if lineage:
             guard.done_block()
         yield from blocks.finish()
         # rows of other levels go last, so they do not shift the blocks off their boundaries
-        passthrough = C.lineage_only(others)
-        if passthrough.num_rows:
+        if passthrough is not None and passthrough.num_rows:
             yield passthrough
         self._coordinator.count(self._stage.name, blocks.counts)
-
-    def _split(self, table: pa.Table) -> tuple[pa.Table, pa.Table]:
-        """``(parents, others)``: the entities of the stage's level, and every other row."""
-        found = C.shape(table)
-        if found is None:  # a row without a path: the Arrow way, where a null drops it
-            entity = C.depth_mask(table, self._stage.level, header=False)
-            return table.filter(entity), table.filter(pc.invert(entity))
-        mask = ~found[1] & (found[0] == self._stage.level)
-        return C.pick(table, mask), C.pick(table, ~mask)
 
     def _rows(self, parents: pa.Table) -> tuple[list[dict], list[tuple]]:
         """The parent rows without lineage, and their ``(root, path, outcome, cause, stage)``."""
@@ -127,18 +115,15 @@ class ExpandOp:
         stage = self._stage
         carry = self._carry(row)
         fixed = row_bytes(carry) + _LINEAGE_BYTES  # what every child of this parent adds
-        n = 0
-        children: Any = None
         try:
             children = self._fn(dict(row))
-            for child in children:
+            for n, child in enumerate(children):
                 try:
                     child = self._check(child, n)
                 except ContractError as exc:
                     _close(children)
                     return outcomes.rejected(describe(exc), stage.name)
                 block = blocks.add(key, {**carry, **child}, fixed + row_bytes(child))
-                n += 1
                 if block is not None:
                     # downstream may hold this yield for long (backpressure): not the function's time
                     self._guard.pause()
@@ -237,8 +222,8 @@ class _Blocks:
 
     def add(self, key: ParentKey, child: dict, size: int) -> pa.Table | None:
         """Buffer one child of about ``size`` bytes; a block when its parent alone fills one."""
-        group = self._current
-        if group is None or group.key != key:
+        group = self._current  # None, or this parent's: parents are expanded one at a time
+        if group is None:
             group = self._current = _Group(key)
         group.rows.append(child)
         group.bytes += size
@@ -249,9 +234,8 @@ class _Blocks:
 
     def close(self, key: ParentKey, payload: Payload, status: Status) -> list[pa.Table]:
         """A parent is done: its group joins the pool; returns the blocks the pool now fills."""
-        group = self._current if self._current is not None and self._current.key == key else None
+        group = self._current or _Group(key)  # None when the parent had no child
         self._current = None
-        group = group or _Group(key)
         group.header = (payload, status)
         self._pool.append(group)
         self._pool_rows += group.size
@@ -305,9 +289,8 @@ class _Blocks:
                 return [*chosen[:i], bigger, *chosen[i + 1 :]], None
         if not split:
             return None
-        donor = next(
-            g for g in rest if len(g.rows) >= room
-        )  # rest is not empty: the pool overflows
+        # rest is not empty: the pool overflows
+        donor = next(g for g in rest if len(g.rows) >= room)
         return chosen, (donor, room)
 
     def _emit(self, chosen: list[_Group], split: tuple[_Group, int] | None) -> pa.Table:
@@ -355,19 +338,16 @@ class _Blocks:
         head = self._header_columns(headers)
         n, blank = len(keys), [None] * len(keys)
         lineage = {
-            C.ROOT: [k[0] for k in keys] + head[C.ROOT],
+            C.ROOT: pa.array([k[0] for k in keys] + head[C.ROOT], C.TYPES[C.ROOT]),
             C.PATH: pa.concat_arrays([paths, pa.array(head[C.PATH], C.TYPES[C.PATH])]),
-            C.OUTCOME: [Outcome.PRESENT.value] * n + head[C.OUTCOME],
+            C.OUTCOME: pa.array([Outcome.PRESENT.value] * n + head[C.OUTCOME], C.TYPES[C.OUTCOME]),
         }
         first = len(rows[0])
         order = [*user.column_names[:first], *lineage, *user.column_names[first:]]
         arrays: list[Any] = []
         for name in order:
             if name in lineage:
-                values = lineage[name]
-                if not isinstance(values, pa.Array):
-                    values = pa.array(values, C.TYPES[name])
-                arrays.append(values)
+                arrays.append(lineage[name])
             elif headers:
                 column = user[name]
                 nulls = pa.nulls(len(headers), column.type)
@@ -409,6 +389,25 @@ class _Blocks:
 _HEADER_COLUMNS = (C.ROOT, C.PATH, C.SIZE, C.PARENT, C.OUTCOME, C.CAUSE, C.STAGE)
 
 
+def split_level(table: pa.Table, level: int, *, headers: bool) -> tuple[pa.Table, pa.Table | None]:
+    """The entities of ``level`` in ``table``, and the lineage of its other rows (None: no other).
+
+    ``headers``: the headers closing ``level`` count as its entities. A table with a row without a
+    path takes the Arrow way (such a row is in neither).
+    """
+    found = C.shape(table)
+    if found is None:
+        member = C.depth_mask(table, level, header=False)
+        if headers:
+            member = pc.or_(member, C.depth_mask(table, level, header=True))
+        return table.filter(member), C.lineage_only(table.filter(pc.invert(member)))
+    depth, header = found
+    member = np.where(header, headers & (depth == level - 1), depth == level)
+    if member.all():  # the usual batch: members only
+        return table, None
+    return C.pick(table, member), C.pick(C.lineage_only(table), ~member)
+
+
 def _lineage_bytes(key: ParentKey) -> int:
     """What :func:`row_bytes` counts for a child's root, path and outcome columns."""
     return len(key[0]) + 8 * (len(key[1]) + 1) + len(Outcome.PRESENT.value)
@@ -416,16 +415,11 @@ def _lineage_bytes(key: ParentKey) -> int:
 
 def _child_paths(segments: list[_Segment]) -> pa.Array:
     """The :data:`~lineage_data._core.columns.PATH` of the children: the parent's path, then the ordinal."""
-    depth = len(segments[0][0][1])
-    if any(len(key[1]) != depth for key, _, _ in segments):  # never in one level; keep it exact
-        paths = [[*key[1], first + i] for key, first, part in segments for i in range(len(part))]
-        return pa.array(paths, C.TYPES[C.PATH])
-    counts = [len(part) for _, _, part in segments]
-    shift, start = [], 0  # per segment: its first ordinal minus its first row
-    for (_, first, _), count in zip(segments, counts, strict=True):
-        shift.append(first - start)
-        start += count
-    values = np.arange(start) + np.repeat(shift, counts)
+    depth = len(segments[0][0][1])  # every parent of a batch is of the stage's level
+    counts = np.array([len(part) for _, _, part in segments])
+    firsts = np.array([first for _, first, _ in segments])
+    # a child's ordinal: its row in the block, shifted by its segment's first ordinal minus first row
+    values = np.arange(counts.sum()) + np.repeat(firsts - (np.cumsum(counts) - counts), counts)
     if depth:
         parents = np.array([key[1] for key, _, _ in segments]).reshape(len(segments), depth)
         values = np.column_stack([np.repeat(parents, counts, axis=0), values]).ravel()
@@ -439,7 +433,5 @@ def _close(children: Any) -> None:
     """Stop a parent's child generator early (its ``finally`` blocks run now)."""
     close = getattr(children, "close", None)
     if close is not None:
-        try:
+        with suppress(Exception):  # the parent is already decided
             close()
-        except Exception:  # noqa: BLE001 - the parent is already decided
-            pass

@@ -27,9 +27,6 @@ class GroupFailure:
     cause: str
 
 
-Failure = RecordFailure | GroupFailure
-
-
 def is_failure(value: object) -> bool:
     """True for a :class:`RecordFailure` or :class:`GroupFailure` value."""
     return isinstance(value, RecordFailure | GroupFailure)

@@ -30,14 +30,14 @@ def opening_expand(plan: Plan, index: int) -> int:
 def child_producer(plan: Plan, index: int) -> str:
     """The stage whose output columns the children of the reduce at ``index`` carry.
 
-    The closest stage before it that emits rows of its level, filters aside (they keep their input's).
+    The closest stage before it that emits rows of its level, filters aside (they keep their input's):
+    the opening expansion at the latest.
     """
     level = plan.stages[index].level
-    for i in range(index - 1, opening_expand(plan, index) - 1, -1):
-        stage = plan.stages[i]
-        if stage.level_out == level and not isinstance(stage, Filter):
-            return stage.name
-    return plan.stages[opening_expand(plan, index)].name
+    opened = plan.stages[opening_expand(plan, index) : index]
+    return next(
+        s.name for s in reversed(opened) if s.level_out == level and not isinstance(s, Filter)
+    )
 
 
 def build_op(
@@ -66,10 +66,6 @@ def build_op(
         case Reduce():
             opening = plan.stages[opening_expand(plan, index)]
             assert isinstance(opening, Expand)
-            if holders is None:
-                raise ValueError(
-                    f"reduce stage {stage.name!r} needs holders for its partial groups"
-                )
             return ReduceOp(
                 stage,
                 fenced,

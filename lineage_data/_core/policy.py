@@ -10,7 +10,7 @@ group); a batch call is first retried, then split in halves until the rows that 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from lineage_data._core import outcomes
@@ -65,19 +65,19 @@ class CallPolicy:
         halves: Callable[[Any], tuple[Any, Any]],
         merge: Callable[[R, R], R],
         fail: Callable[[Any, Status], R],
-        retries: int | None = None,
     ) -> R:
         """``run(items)`` with retries, then by halves until what raises fails alone (``fail``)."""
         n = size(items)
-        for _ in range((self.retries if retries is None else retries) + 1):
+        for _ in range(self.retries + 1):
             result, status = self.call(run, items, on=f"a batch of {n} rows")
             if status is None:
                 return result
         assert status is not None  # every attempt failed
         if n <= 1:
             return fail(items, status)
-        parts = [
-            self.batch(run, half, size=size, halves=halves, merge=merge, fail=fail, retries=0)
+        once = replace(self, retries=0)  # a half is not retried
+        left, right = (
+            once.batch(run, half, size=size, halves=halves, merge=merge, fail=fail)
             for half in halves(items)
-        ]
-        return merge(parts[0], parts[1])
+        )
+        return merge(left, right)

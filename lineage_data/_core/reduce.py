@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import pickle
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.errors import ContractError, FencingError, describe
+from lineage_data._core.expand import split_level
 from lineage_data._core.failures import is_failure
 from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
 from lineage_data._core.policy import CallPolicy
+from lineage_data._core.rowwise import tombstone
 from lineage_data._core.stages import Reduce
 from lineage_data._core.state.protocols import OperatorClient
 
@@ -76,7 +77,7 @@ class GroupBuffer:
     """
 
     def __init__(self, *, keep_handed: int = 20_000) -> None:
-        self._groups: dict[GroupKey, Group] = {}
+        self._groups: defaultdict[GroupKey, Group] = defaultdict(Group)
         self._handed: OrderedDict[GroupKey, Group] = OrderedDict()
         self._keep_handed = keep_handed
 
@@ -90,9 +91,7 @@ class GroupBuffer:
             if key in handed:
                 done[key] = None  # a retried piece of a group already handed out: hand it again
                 continue
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = Group()
+            group = groups[key]
             if size is not None:
                 if group.header is not None and not _same(group.header, row):
                     raise FencingError(f"conflicting headers for parent {key}")
@@ -110,7 +109,7 @@ class GroupBuffer:
                 done[key] = None
         out = []
         for key in done:
-            group = self._groups.pop(key, None) or self._handed[key]
+            group = self._groups.pop(key) if key in self._groups else self._handed[key]
             self._handed[key] = group
             self._handed.move_to_end(key)
             out.append((key, group))
@@ -172,15 +171,8 @@ class ReduceOp:
         """Process one batch; returns the parents it completed and the rows of outer levels."""
         table = C.conform(table)
         level = self._stage.level
-        member = _member_mask(table, level)
-        if member is None:  # the usual batch: members only
-            members, parts = table, []
-        elif isinstance(member, np.ndarray):
-            passthrough = C.pick(C.lineage_only(table), ~member)
-            members, parts = C.pick(table, member), [passthrough] if passthrough.num_rows else []
-        else:
-            passthrough = C.lineage_only(table.filter(pc.invert(member)))
-            members, parts = table.filter(member), [passthrough] if passthrough.num_rows else []
+        members, passthrough = split_level(table, level, headers=True)
+        parts = [passthrough] if passthrough is not None and passthrough.num_rows else []
         # A small batch (see COLUMNAR_ROWS) or an odd one goes through the row-wise buffer.
         local = _local_groups(members, level) if members.num_rows >= COLUMNAR_ROWS else None
         if local is None:
@@ -195,10 +187,7 @@ class ReduceOp:
         self._known = None
         keys = [*(local.keys if local is not None else ()), *(key for key, _ in done)]
         if keys:  # the groups this block completes are journaled before any is reduced
-            first, last = keys[0], keys[-1]
-            whole = self._guard.block(
-                len(keys), unit_key(first[0], first[1]), unit_key(last[0], last[1])
-            )
+            whole = self._guard.block(len(keys), unit_key(*keys[0]), unit_key(*keys[-1]))
             self._isolate = not whole
         try:
             out = self._reduce_local(members, local) if local is not None else []
@@ -237,7 +226,7 @@ class ReduceOp:
         """The row of a parent whose header or a child is not PRESENT (:func:`outcomes.reduce_group`)."""
         verdict = outcomes.reduce_group(header, children, self._stage.on_child_failure)
         if verdict.status is not None:
-            return _decided(key, verdict.status)
+            return tombstone(*key, verdict.status)
         return self._reduced(key, payload, [kids[i] for i in verdict.kept], verdict.missing)
 
     def _user_part(self, row: dict) -> dict:
@@ -274,9 +263,13 @@ class ReduceOp:
             ]
         headers, children = local.headers.tolist(), local.children.tolist()
         parent = members[C.PARENT].to_pylist()
-        names = C.user_columns(members.column_names)
-        if names:  # the children's user columns, one Python list per column, rows picked by index
-            values = [[column[i] for i in children] for column in _user_lists(members)]
+        user = [c for c, name in enumerate(members.column_names) if not C.is_reserved(name)]
+        if (
+            user
+        ):  # the children's user columns (by position: names may repeat), rows picked by index
+            names = [members.column_names[c] for c in user]
+            lists = [members.column(c).to_pylist() for c in user]
+            values = [[column[i] for i in children] for column in lists]
             kids = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
         else:
             kids = [{} for _ in children]
@@ -297,17 +290,14 @@ class ReduceOp:
     ) -> dict:
         """The row of a parent whose group is reduced by the function over ``kids``."""
         parent = pickle.loads(payload) if payload else {}
-        if self._isolate:
-            unit = unit_key(key[0], key[1])
-            crashed = self._guard.unit(unit)
-            if crashed is not None:
-                return _decided(key, crashed)
-            status, value = self._call(parent, kids)
+        unit = unit_key(*key) if self._isolate else None
+        if unit is not None and (crashed := self._guard.unit(unit)) is not None:
+            return tombstone(*key, crashed)
+        status, value = self._call(parent, kids)
+        if unit is not None:
             self._guard.done(unit)
-        else:
-            status, value = self._call(parent, kids)
         if not status.present:
-            return _decided(key, status)
+            return tombstone(*key, status)
         row = {**value, C.ROOT: key[0], C.PATH: list(key[1]), C.OUTCOME: Outcome.PRESENT.value}
         if self._stage.on_child_failure == "skip":
             row[C.MISSING] = list(missing)
@@ -353,26 +343,6 @@ def _rows_at(table: pa.Table, rows: np.ndarray) -> list[dict]:
     return [every[i] for i in rows.tolist()]
 
 
-def _user_lists(table: pa.Table) -> list[list]:
-    """The user columns of ``table`` as Python lists, in order (by position: names may repeat)."""
-    return [
-        table.column(i).to_pylist()
-        for i, name in enumerate(table.column_names)
-        if not C.is_reserved(name)
-    ]
-
-
-def _decided(key: GroupKey, status: Status) -> dict:
-    """The row of a parent that is not reduced: its lineage and ``status``."""
-    return {
-        C.ROOT: key[0],
-        C.PATH: list(key[1]),
-        C.OUTCOME: status.outcome.value,
-        C.CAUSE: status.cause,
-        C.STAGE: status.stage,
-    }
-
-
 @dataclass(frozen=True, slots=True)
 class _LocalGroups:
     """Member rows of one batch (positions into it) grouped by parent, as :class:`GroupBuffer` would.
@@ -387,21 +357,6 @@ class _LocalGroups:
     children: np.ndarray
     bounds: np.ndarray
     partial: np.ndarray
-
-
-def _member_mask(table: pa.Table, level: int) -> np.ndarray | pa.ChunkedArray | None:
-    """Which rows of ``table`` are members of level ``level``'s groups; None when all of them are.
-
-    A table with a row without a path takes the Arrow way (such a row is neither member nor passed).
-    """
-    found = C.shape(table)
-    if found is None:
-        return pc.or_(
-            C.depth_mask(table, level, header=False), C.depth_mask(table, level, header=True)
-        )
-    depth, header = found
-    member = np.where(header, depth == level - 1, depth == level)
-    return None if member.all() else member
 
 
 def _local_groups(members: pa.Table, level: int) -> _LocalGroups | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import compress
 from typing import Any, cast
 
 import numpy as np
@@ -68,7 +69,6 @@ class RowStageOp:
             )
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        """Process one batch."""
         table = C.conform(table)
         masks = self._masks(table)
         parts: list[pa.Table] = []
@@ -142,37 +142,31 @@ class RowStageOp:
         suspects = self._guard.suspects(keys)
         alone = [j for j, key in enumerate(keys) if key in suspects]
         rest = [j for j, key in enumerate(keys) if key not in suspects]
-        results: list[BatchResult | None] = [None] * len(keys)
-        for j in alone:  # first: each retry then dies on them at once, not after its neighbours
-            self._alone(table, j, keys[j], results)
-        if alone and len(rest) > 1 and self._rest_together(table, rest, keys, results):
-            rest = []
-        for j in rest:
-            self._alone(table, j, keys[j], results)
-        return merge_all([r for r in results if r is not None], self._stage.name)
+        # suspects first: each retry then dies on them at once, not after their neighbours
+        results = {j: self._alone(table, j, keys[j]) for j in alone}
+        together = self._together(table, rest, keys) if alone and len(rest) > 1 else None
+        for k, j in enumerate(rest):
+            results[j] = self._alone(table, j, keys[j]) if together is None else _slice(together, k)
+        return merge_all([results[j] for j in range(len(keys))], self._stage.name)
 
-    def _alone(self, table: pa.Table, j: int, key: str, results: list[Any]) -> None:
+    def _alone(self, table: pa.Table, j: int, key: str) -> BatchResult:
         """Row ``j`` of an isolated block, alone and journaled (or its FAILED status)."""
         with self._guard.alone():
             status = self._guard.unit(key)
-            if status is None:
-                results[j] = self._call(table.slice(j, 1))
-                self._guard.done(key)
-            else:
-                results[j] = failed_rows(1, status)
+            if status is not None:
+                return failed_rows(1, status)
+            result = self._call(table.slice(j, 1))
+            self._guard.done(key)
+            return result
 
-    def _rest_together(
-        self, table: pa.Table, rest: list[int], keys: list[str], results: list[Any]
-    ) -> bool:
-        """The rows of an isolated block that never crashed, as one call (False: run them alone)."""
+    def _together(self, table: pa.Table, rest: list[int], keys: list[str]) -> BatchResult | None:
+        """The rows of an isolated block that never crashed, as one call (None: run them alone)."""
         with self._guard.alone():
             if not self._guard.batch(len(rest), keys[rest[0]], keys[rest[-1]]):
-                return False
+                return None
             together = self._call(table.take(rest))
             self._guard.done_batch()
-        for k, j in enumerate(rest):
-            results[j] = _slice(together, k)
-        return True
+        return together
 
     def _run_fenced(
         self,
@@ -261,15 +255,13 @@ class RowStageOp:
             if not chunk:
                 continue
             result = self._invoke(user.take(chunk), chunk)
-            for j in np.flatnonzero(result.group).tolist() if any(result.group) else ():
-                if not result.statuses[j].present:
-                    key = (roots[chunk[j]], paths[chunk[j]][:-1])
-                    stopped.setdefault(key, result.statuses[j].cause or "")
+            for j in compress(range(len(chunk)), result.group):  # a GroupFailure: a FAILED row
+                key = (roots[chunk[j]], paths[chunk[j]][:-1])
+                stopped.setdefault(key, result.statuses[j].cause or "")
             calls.extend([len(results)] * len(chunk))
             results.append(result)
             ran.extend(chunk)
-        if not results:
-            return None, ran, calls
+        # the first chunk is never barred (nothing has run yet): results is not empty
         return self._conform(merge_all(results, self._stage.name)), ran, calls
 
     def _run_unfenced(self, live: pa.Table) -> list[pa.Table]:
@@ -306,15 +298,13 @@ class RowStageOp:
             paths = C.paths(live[C.PATH], self._stage.level)
         tags = live[C.BLOCK].to_pylist() if C.BLOCK in live.column_names else None
         return C.rows_to_table(
-            [_tombstone(roots[i], paths[i], st, tags[i] if tags else None) for i, st in tombs]
+            [tombstone(roots[i], paths[i], st, tags[i] if tags else None) for i, st in tombs]
         )
 
     def _conform(self, result: BatchResult) -> BatchResult:
         """Values whose types conflict with the stage's established ones (other batches) fail."""
         table, failed = self._types.conform_table(result.table)
-        if not failed:
-            return BatchResult(table, result.statuses, result.group)
-        statuses = list(result.statuses)
+        statuses = list(result.statuses) if failed else result.statuses
         for i, cause in failed.items():
             if statuses[i].present:
                 statuses[i] = outcomes.rejected(cause, self._stage.name)
@@ -385,22 +375,22 @@ def _rows(table: pa.Table, mask: Any) -> pa.Table:
 
 
 def _entering(column: pa.ChunkedArray) -> tuple[pa.Array, Counter[str]]:
-    """:func:`outcomes.entering_outcomes` over an outcome column (per distinct value), and its counts."""
-    if column.null_count:  # not an outcome: the rule raises, as it does row by row
-        values = outcomes.entering_outcomes(column.to_pylist())
-        return pa.array(values, pa.string()), Counter(values)
+    """:func:`outcomes.entering_outcomes` over an outcome column (per distinct value), and its counts.
+
+    ``column`` has no null: a row without an outcome is in no mask (:meth:`RowStageOp._masks`).
+    """
     encoded = column.combine_chunks().dictionary_encode()
-    distinct = encoded.dictionary.to_pylist()
-    entered = outcomes.entering_outcomes(distinct)
-    counts: Counter[str] = Counter()
-    for value, n in zip(
-        entered, np.bincount(encoded.indices.to_numpy(), minlength=len(distinct)), strict=True
-    ):
-        counts[value] += int(n)
-    return pa.array(entered, pa.string()).take(encoded.indices), counts
+    distinct = outcomes.entering_outcomes(encoded.dictionary.to_pylist())
+    entered = pa.array(distinct, pa.string()).take(encoded.indices)
+    counts = pc.value_counts(entered)
+    values, numbers = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+    return entered, Counter(dict(zip(values, numbers, strict=True)))
 
 
-def _tombstone(root: str, path: tuple[int, ...], status: Status, block: int | None) -> dict:
+def tombstone(
+    root: str, path: tuple[int, ...], status: Status, block: int | None = None
+) -> dict[str, object]:
+    """The lineage row of an entity that ended with ``status`` (``block``: its block tag, if any)."""
     row: dict[str, object] = {
         C.ROOT: root,
         C.PATH: list(path),

@@ -19,7 +19,6 @@ class TerminalOp:
         self._keep_parents = keep_parents
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        """Process one output batch."""
         table = C.conform(table)
         if self._level == 0:
             return table.drop_columns([C.SIZE, C.PARENT, C.PATH])

@@ -54,26 +54,34 @@ def _column_values(values: Any) -> list:
 def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
     """Turn a user function's batch output into values and per-row statuses; check the row count."""
     if isinstance(output, pa.Table):
-        columns: dict[str, list] | None = None
-        table = output
-        rows = table.num_rows
-    else:
-        if hasattr(output, "to_dict") and hasattr(output, "columns"):  # pandas DataFrame
-            output = {str(c): output[c].tolist() for c in output.columns}
-        if not isinstance(output, Mapping):
-            raise ContractError(
-                f"stage {stage!r}: a batch function must return a pyarrow Table, a pandas DataFrame or a "
-                f"dict of columns, got {type(output).__name__}"
-            )
-        columns = {str(k): _column_values(v) for k, v in output.items()}
-        lengths = {len(v) for v in columns.values()}
-        if len(lengths) > 1:
-            raise ContractError(
-                f"stage {stage!r}: output columns have different lengths {sorted(lengths)}"
-            )
-        rows = lengths.pop() if lengths else expected_rows
-        table = None
-    names = table.column_names if table is not None else list(columns or {})
+        _check_shape(output.column_names, output.num_rows, expected_rows, stage)
+        return BatchResult(output, [outcomes.PRESENT] * output.num_rows, [False] * output.num_rows)
+    if hasattr(output, "to_dict") and hasattr(output, "columns"):  # pandas DataFrame
+        output = {str(c): output[c].tolist() for c in output.columns}
+    if not isinstance(output, Mapping):
+        raise ContractError(
+            f"stage {stage!r}: a batch function must return a pyarrow Table, a pandas DataFrame or a "
+            f"dict of columns, got {type(output).__name__}"
+        )
+    columns = {str(k): _column_values(v) for k, v in output.items()}
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise ContractError(
+            f"stage {stage!r}: output columns have different lengths {sorted(lengths)}"
+        )
+    rows = lengths.pop() if lengths else expected_rows
+    _check_shape(list(columns), rows, expected_rows, stage)
+    statuses = [outcomes.PRESENT] * rows
+    group = [False] * rows
+    for values in columns.values():
+        for i, value in enumerate(values):
+            if is_failure(value) and statuses[i].present:
+                statuses[i] = outcomes.from_value(value, stage)
+                group[i] = isinstance(value, GroupFailure)
+    return BatchResult(_table(columns, rows, statuses, stage), statuses, group)
+
+
+def _check_shape(names: list[str], rows: int, expected_rows: int, stage: str) -> None:
     reserved = [name for name in names if C.is_reserved(name)]
     if reserved:
         raise ContractError(f"stage {stage!r}: output uses reserved column(s) {reserved}")
@@ -81,17 +89,6 @@ def from_output(output: Any, stage: str, expected_rows: int) -> BatchResult:
         raise ContractError(
             f"stage {stage!r}: expected {expected_rows} output rows for {expected_rows} input rows, got {rows}"
         )
-    statuses = [outcomes.PRESENT] * rows
-    group = [False] * rows
-    if columns is not None:
-        for values in columns.values():
-            for i, value in enumerate(values):
-                if is_failure(value) and statuses[i].present:
-                    statuses[i] = outcomes.from_value(value, stage)
-                    group[i] = isinstance(value, GroupFailure)
-        table = _table(columns, rows, statuses, stage)
-    assert table is not None
-    return BatchResult(table, statuses, group)
 
 
 def _table(columns: dict[str, list], rows: int, statuses: list[Status], stage: str) -> pa.Table:
@@ -241,8 +238,11 @@ class RowCaller:
             return None, outcomes.rejected(describe(ContractError(cause)), self._stage), False
         failure = next((v for v in value.values() if is_failure(v)), None)
         if failure is not None:  # a failure value in place of a column's value fails the row
-            is_group = isinstance(failure, GroupFailure)
-            return None, outcomes.from_value(failure, self._stage), is_group
+            return (
+                None,
+                outcomes.from_value(failure, self._stage),
+                isinstance(failure, GroupFailure),
+            )
         return dict(value), outcomes.PRESENT, False
 
 
