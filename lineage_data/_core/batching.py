@@ -38,12 +38,9 @@ def rebatch(
         buffer.append(table)
         held += table.num_rows
         if held >= batch_size:
-            joined = _join(buffer)
-            start = 0
-            while held - start >= batch_size:
-                yield joined.slice(start, batch_size)
-                start += batch_size
-            rest = joined.slice(start)
+            joined, cut = _join(buffer), held - held % batch_size
+            yield from (joined.slice(start, batch_size) for start in range(0, cut, batch_size))
+            rest = joined.slice(cut)
             buffer, held = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
     if held and not drop_last:
         yield _join(buffer)

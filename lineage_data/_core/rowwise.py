@@ -15,6 +15,7 @@ from lineage_data._core import columns as C
 from lineage_data._core import outcomes
 from lineage_data._core.guard import Guard, Watchdog, unit_key
 from lineage_data._core.outcomes import Outcome, Status
+from lineage_data._core.policy import CallPolicy
 from lineage_data._core.stages import Filter, MapBatches, MapRows
 from lineage_data._core.state import CommitResult, OperatorClient, StageClient, Verdict
 from lineage_data._core.udf import BatchCaller, BatchResult, RowCaller, failed_rows, merge_all
@@ -51,22 +52,11 @@ class RowStageOp:
         # hand-off and one commit per block, the function still gets ``batch_size`` rows at a time.
         self._batch_rows = stage.batch_size if isinstance(stage, MapBatches) else None
         if isinstance(stage, MapBatches):
-            self._call: BatchCaller | RowCaller = BatchCaller(
-                fn,
-                stage=stage.name,
-                batch_format=stage.batch_format,
-                on_error=stage.on_error,
-                max_retries=stage.max_retries,
-                invoke=self._guard.call,
-            )
+            policy = CallPolicy(stage.name, stage.on_error, stage.max_retries, self._guard.call)
+            self._call: BatchCaller | RowCaller = BatchCaller(fn, policy, stage.batch_format)
         else:
-            self._call = RowCaller(
-                fn,
-                stage=stage.name,
-                on_error=stage.on_error,
-                predicate=isinstance(stage, Filter),
-                invoke=self._guard.call,
-            )
+            policy = CallPolicy(stage.name, stage.on_error, invoke=self._guard.call)
+            self._call = RowCaller(fn, policy, predicate=isinstance(stage, Filter))
 
     def __call__(self, table: pa.Table) -> pa.Table:
         table = C.conform(table)

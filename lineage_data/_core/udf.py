@@ -115,38 +115,28 @@ def failed_rows(n: int, status: Status) -> BatchResult:
     )
 
 
+@dataclass(frozen=True, slots=True)
 class BatchCaller:
     """Calls one stage's batch function under its :class:`~lineage_data._core.policy.CallPolicy`."""
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        stage: str,
-        batch_format: str | None = "default",
-        on_error: str = "isolate",
-        max_retries: int = 1,
-        invoke: Callable[..., Any] | None = None,
-    ) -> None:
-        self._fn = fn
-        self._stage = stage
-        self._format = batch_format
-        self._policy = CallPolicy(stage, on_error, max_retries, invoke)
+    fn: Callable[..., Any]
+    policy: CallPolicy
+    batch_format: str | None
 
     def __call__(self, table: pa.Table) -> BatchResult:
         """Run the function over ``table`` (user columns only)."""
-        return self._policy.batch(
+        return self.policy.batch(
             self._once,
             table,
             size=lambda t: t.num_rows,
             halves=lambda t: (t.slice(0, t.num_rows // 2), t.slice(t.num_rows // 2)),
-            merge=lambda left, right: merge(left, right, self._stage),
+            merge=lambda left, right: merge(left, right, self.policy.stage),
             fail=lambda t, status: failed_rows(t.num_rows, status),
         )
 
     def _once(self, table: pa.Table) -> BatchResult:
-        output = awaited(self._fn(to_format(table, self._format)))
-        return from_output(output, self._stage, table.num_rows)
+        output = awaited(self.fn(to_format(table, self.batch_format)))
+        return from_output(output, self.policy.stage, table.num_rows)
 
 
 def _filled(result: BatchResult, schema: pa.Schema) -> pa.Table:
@@ -197,22 +187,13 @@ def merge_all(results: Sequence[BatchResult], stage: str) -> BatchResult:
     return level[0]
 
 
+@dataclass(frozen=True, slots=True)
 class RowCaller:
-    """Calls a row function (``map`` or ``filter``) over a batch, one row at a time."""
+    """Calls a row function (``map``, or ``filter`` as a ``predicate``) over a batch, row by row."""
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        stage: str,
-        on_error: str = "isolate",
-        predicate: bool = False,
-        invoke: Callable[..., Any] | None = None,
-    ) -> None:
-        self._fn = fn
-        self._stage = stage
-        self._policy = CallPolicy(stage, on_error, invoke=invoke)
-        self._predicate = predicate
+    fn: Callable[..., Any]
+    policy: CallPolicy
+    predicate: bool
 
     def __call__(self, table: pa.Table) -> BatchResult:
         """Run the function on every row of ``table`` (user columns only)."""
@@ -220,30 +201,28 @@ class RowCaller:
         statuses = [status for _, status, _ in called]
         names = dict.fromkeys(name for value, _, _ in called if value for name in value)
         columns = {name: [v.get(name) if v else None for v, _, _ in called] for name in names}
-        table = _table(columns, len(called), statuses, self._stage)
+        table = _table(columns, len(called), statuses, self.policy.stage)
         return BatchResult(table, statuses, [group for _, _, group in called])
 
     def _one(self, row: dict) -> tuple[dict | None, Status, bool]:
-        value, failure = self._policy.call(lambda r: awaited(self._fn(r)), row, on="a row")
+        stage = self.policy.stage
+        value, failure = self.policy.call(lambda r: awaited(self.fn(r)), row, on="a row")
         if failure is not None:
             return None, failure, False
-        if is_failure(value):
-            return None, outcomes.from_value(value, self._stage), isinstance(value, GroupFailure)
-        if self._predicate:
-            if value:
-                return row, outcomes.PRESENT, False
-            return None, outcomes.dropped(self._stage), False
-        if not isinstance(value, Mapping):
-            cause = f"stage {self._stage!r}: map fn must return a dict per row, got {type(value).__name__}"
-            return None, outcomes.rejected(describe(ContractError(cause)), self._stage), False
-        failure = next((v for v in value.values() if is_failure(v)), None)
-        if failure is not None:  # a failure value in place of a column's value fails the row
-            return (
-                None,
-                outcomes.from_value(failure, self._stage),
-                isinstance(failure, GroupFailure),
-            )
-        return dict(value), outcomes.PRESENT, False
+        if not is_failure(value):
+            if self.predicate:
+                if value:
+                    return row, outcomes.PRESENT, False
+                return None, outcomes.dropped(stage), False
+            if not isinstance(value, Mapping):
+                cause = f"stage {stage!r}: map fn must return a dict per row, got {type(value).__name__}"
+                return None, outcomes.rejected(describe(ContractError(cause)), stage), False
+            # a failure value in place of a column's value fails the row
+            failed = next((v for v in value.values() if is_failure(v)), None)
+            if failed is None:
+                return dict(value), outcomes.PRESENT, False
+            value = failed
+        return None, outcomes.from_value(value, stage), isinstance(value, GroupFailure)
 
 
 # One event loop per process for user functions that are coroutines (``async def __call__``), in a
