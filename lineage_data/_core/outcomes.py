@@ -130,9 +130,7 @@ def reduce_group(header: Status, children: Sequence[Status], on_child_failure: s
     broken = [
         i for i, s in enumerate(children) if s.outcome in (Outcome.FAILED, Outcome.SUPPRESSED)
     ]
-    if not broken:
-        return GroupVerdict(None, kept, ())
-    if on_child_failure == "skip":
+    if not broken or on_child_failure == "skip":
         return GroupVerdict(None, kept, tuple(broken))
     first = min(broken, key=lambda i: (children[i].outcome is not Outcome.FAILED, i))
     cause = children[first]

@@ -263,10 +263,9 @@ class ReduceOp:
             ]
         headers, children = local.headers.tolist(), local.children.tolist()
         parent = members[C.PARENT].to_pylist()
+        # the children's user columns (by position: names may repeat), rows picked by index
         user = [c for c, name in enumerate(members.column_names) if not C.is_reserved(name)]
-        if (
-            user
-        ):  # the children's user columns (by position: names may repeat), rows picked by index
+        if user:
             names = [members.column_names[c] for c in user]
             lists = [members.column(c).to_pylist() for c in user]
             values = [[column[i] for i in children] for column in lists]
