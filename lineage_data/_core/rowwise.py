@@ -202,9 +202,9 @@ class RowStageOp:
         out = [self._tombstones(live, tombs, roots, paths)] if tombs else []
         if keep:
             whole = len(keep) == len(run_idx)
-            run = live.take(run_idx) if partial else live
             values = result.table if whole else result.table.take(keep)
-            lineage = C.lineage_only(run if whole else live.take([run_idx[j] for j in keep]))
+            rows = run_idx if whole else [run_idx[j] for j in keep]
+            lineage = C.lineage_only(live if len(rows) == n else live.take(rows))
             out.append(_joined(values, lineage))
         return out
 

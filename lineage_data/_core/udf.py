@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from lineage_data._core import columns as C
 from lineage_data._core import outcomes
+from lineage_data._core.conversion import row_columns
 from lineage_data._core.errors import ContractError, describe
 from lineage_data._core.failures import GroupFailure, is_failure
 from lineage_data._core.outcomes import Status
@@ -154,10 +155,8 @@ def merge(left: BatchResult, right: BatchResult, stage: str) -> BatchResult:
     try:
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowException, TypeError, ValueError):
-        rows = tables[0].to_pylist() + tables[1].to_pylist()
-        names = dict.fromkeys(name for t in tables for name in t.column_names)
-        columns = {name: [row.get(name) for row in rows] for name in names}
-        table = _table(columns, len(rows), statuses, stage)
+        rows = tables[0].to_pylist() + tables[1].to_pylist()  # neither side is empty
+        table = _table(row_columns(rows), len(rows), statuses, stage)
     return BatchResult(table, statuses, left.group + right.group)
 
 
@@ -197,8 +196,7 @@ class RowCaller:
         """Run the function on every row of ``table`` (user columns only)."""
         called = [self._one(row) for row in table.to_pylist()]
         statuses = [status for _, status, _ in called]
-        names = dict.fromkeys(name for value, _, _ in called if value for name in value)
-        columns = {name: [v.get(name) if v else None for v, _, _ in called] for name in names}
+        columns = row_columns([value or {} for value, _, _ in called])
         table = _table(columns, len(called), statuses, self.policy.stage)
         return BatchResult(table, statuses, [group for _, _, group in called])
 
