@@ -23,19 +23,12 @@ def row_bytes(row: Mapping) -> int:
     """About how many bytes ``row`` takes in Arrow: strings and bytes by length, else 8 a value."""
     total = 0
     for value in row.values():
-        kind = type(value)
-        if kind in _FIXED:
+        if type(value) in _FIXED:
             total += 8
-        elif kind is str or kind is bytes:
+        elif isinstance(value, str | bytes | bytearray | memoryview):
             total += len(value)
+        elif isinstance(value, list | tuple):
+            total += 8 * len(value)
         else:
-            total += _value_bytes(value)
+            total += int(getattr(value, "nbytes", 8))
     return total
-
-
-def _value_bytes(value: object) -> int:
-    if isinstance(value, str | bytes | bytearray | memoryview):
-        return len(value)
-    if isinstance(value, list | tuple):
-        return 8 * len(value)
-    return int(getattr(value, "nbytes", 8))
