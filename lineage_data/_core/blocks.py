@@ -17,6 +17,7 @@ WIDE_ROWS_PER_BLOCK = 1024
 TARGET_BLOCK_BYTES = 4 * 1024 * 1024
 
 _FIXED = frozenset({int, float, bool, type(None)})  # 8 bytes each (by exact type: runs per child)
+_SIZED = (str, bytes, bytearray, memoryview)  # their length (a tuple: isinstance's fast path)
 
 
 def row_bytes(row: Mapping) -> int:
@@ -25,7 +26,7 @@ def row_bytes(row: Mapping) -> int:
     for value in row.values():
         if type(value) in _FIXED:
             total += 8
-        elif isinstance(value, str | bytes | bytearray | memoryview):
+        elif isinstance(value, _SIZED):
             total += len(value)
         elif isinstance(value, list | tuple):
             total += 8 * len(value)

@@ -197,12 +197,10 @@ class Ledger:
         done = np.zeros(len(slots), dtype=bool)
         done[known] = (self._flags.data[slots[known]] & _DONE) != 0
         finished: dict[str, tuple[str, str | None, str | None]] = {}
-        roots = table[C.ROOT].to_pylist()
-        paths = table[C.PATH].to_pylist()
-        sizes = table[C.SIZE].to_pylist()
-        outcomes = table[C.OUTCOME].to_pylist()
-        causes = table[C.CAUSE].to_pylist()
-        stages = table[C.STAGE].to_pylist()
+        roots, paths, sizes, outcomes, causes, stages = (
+            table[name].to_pylist()
+            for name in (C.ROOT, C.PATH, C.SIZE, C.OUTCOME, C.CAUSE, C.STAGE)
+        )
         for i, (root, was_done) in enumerate(zip(roots, done.tolist(), strict=True)):
             if was_done or root in finished:
                 self.duplicates += 1
