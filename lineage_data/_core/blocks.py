@@ -17,25 +17,19 @@ WIDE_ROWS_PER_BLOCK = 1024
 TARGET_BLOCK_BYTES = 4 * 1024 * 1024
 
 _FIXED = frozenset({int, float, bool, type(None)})  # 8 bytes each (by exact type: runs per child)
+_SIZED = (str, bytes, bytearray, memoryview)  # their length (a tuple: isinstance's fast path)
 
 
 def row_bytes(row: Mapping) -> int:
     """About how many bytes ``row`` takes in Arrow: strings and bytes by length, else 8 a value."""
     total = 0
     for value in row.values():
-        kind = type(value)
-        if kind in _FIXED:
+        if type(value) in _FIXED:
             total += 8
-        elif kind is str or kind is bytes:
+        elif isinstance(value, _SIZED):
             total += len(value)
+        elif isinstance(value, list | tuple):
+            total += 8 * len(value)
         else:
-            total += _value_bytes(value)
+            total += int(getattr(value, "nbytes", 8))
     return total
-
-
-def _value_bytes(value: object) -> int:
-    if isinstance(value, str | bytes | bytearray | memoryview):
-        return len(value)
-    if isinstance(value, list | tuple):
-        return 8 * len(value)
-    return int(getattr(value, "nbytes", 8))

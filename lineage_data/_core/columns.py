@@ -75,20 +75,16 @@ def conform(table: pa.Table) -> pa.Table:
     schema = table.schema
     if any(schema.equals(known) for known in _CONFORMANT):
         return table
-    changed = False
+    given = table
     names = schema.names
-    types = dict(zip(names, schema.types, strict=True))
-    unique = len(types) == len(names)  # else schema.field raises on a duplicated lineage column
     for name in ALL:
         wanted = TYPES[name]
-        if name not in types:
+        if name not in names:
             table = table.append_column(pa.field(name, wanted), pa.nulls(table.num_rows, wanted))
-            changed = True
-        elif (types[name] if unique else schema.field(name).type) != wanted:
+        elif schema.field(name).type != wanted:  # (raises on a duplicated lineage column)
             index = names.index(name)
             table = table.set_column(index, pa.field(name, wanted), table[name].cast(wanted))
-            changed = True
-    if not changed:  # remembered in a new tuple: a reader in another thread sees one or the other
+    if table is given:  # remembered in a new tuple: another thread sees one or the other
         _CONFORMANT = (schema, *_CONFORMANT[:3])
     return table
 
@@ -113,8 +109,16 @@ def public(table: pa.Table, *, keep_lineage: bool = True) -> pa.Table:
 def as_roots(table: pa.Table) -> pa.Table:
     """Terminal rows of a closed plan as source rows again (outcomes kept, an empty path each)."""
     table = conform(table)
-    paths = pa.array([[]] * table.num_rows, TYPES[PATH])
+    paths = empty_paths(table.num_rows)
     return table.set_column(table.column_names.index(PATH), pa.field(PATH, TYPES[PATH]), paths)
+
+
+def empty_paths(n: int) -> pa.ListArray:
+    """``n`` empty :data:`PATH` values (level 0), built from buffers: no Python object per row."""
+    offsets = pa.py_buffer(np.zeros(n + 1, np.int32))
+    return pa.Array.from_buffers(
+        TYPES[PATH], n, [None, offsets], children=[pa.array([], pa.int32())]
+    )
 
 
 def concat(tables: list[pa.Table]) -> pa.Table:

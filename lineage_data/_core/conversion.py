@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import functools
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import itertools
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -70,8 +71,12 @@ def _value_type(name: str, value: Any) -> pa.DataType | str:
     try:
         return pa.array([value]).type
     except CONVERSION_ERRORS:
-        kind = type(value).__name__
-        return f"{TYPE_CONFLICT}: column {name!r} cannot store a value of type {kind} in Arrow"
+        return _unstorable(name, value)
+
+
+def _unstorable(name: str, value: Any) -> str:
+    kind = type(value).__name__
+    return f"{TYPE_CONFLICT}: column {name!r} cannot store a value of type {kind} in Arrow"
 
 
 def build_columns(
@@ -121,11 +126,10 @@ def _isolate(
     for i, key in enumerate(keys):
         members.setdefault(key, []).append(i)
     user = [name for name in columns if not C.is_reserved(name)]
-    value_types: dict[str, dict[int, pa.DataType | str]] = {name: {} for name in user}
-    for name in user:
-        for i, value in enumerate(columns[name]):
-            if value is not None:
-                value_types[name][i] = _value_type(name, value)
+    value_types = {
+        name: {i: _value_type(name, v) for i, v in enumerate(columns[name]) if v is not None}
+        for name in user
+    }
     # groups failed because a value did not convert to the type chosen for its column
     forced: dict[Hashable, str] = {}
     while True:
@@ -205,11 +209,7 @@ def _force(
             )
     if len(forced) == before:  # each value fits alone but not together: none of them is kept
         for i, value in live:
-            forced.setdefault(
-                keys[i],
-                f"{TYPE_CONFLICT}: column {misfit!r} cannot store a value of type "
-                f"{type(value).__name__} in Arrow",
-            )
+            forced.setdefault(keys[i], _unstorable(misfit, value))
     if len(forced) == before:
         raise ContractError(f"column {misfit!r} cannot be stored as Arrow {target}")
 
@@ -220,24 +220,9 @@ def _table(arrays: dict[str, pa.Array], num_rows: int) -> pa.Table:
     return pa.table(arrays)
 
 
-def build_rows(
-    rows: Sequence[Mapping],
-    *,
-    types: Mapping[str, pa.DataType] | None = None,
-    groups: Sequence[Hashable] | None = None,
-) -> tuple[pa.Table, dict[int, str]]:
-    """:func:`build_columns` over row dicts whose keys may differ, with every lineage column."""
-    if not rows:
-        return C.empty(), {}
-    table, failed = build_columns(row_columns(rows), len(rows), types=types, groups=groups)
-    return C.conform(table), failed
-
-
 def row_columns(rows: Sequence[Mapping]) -> dict[str, list]:
     """Row dicts whose keys may differ as columns, in order of first appearance (None where absent)."""
-    names: dict[str, None] = {}
-    for row in rows:
-        names.update(dict.fromkeys(row))
+    names = dict.fromkeys(itertools.chain.from_iterable(rows))
     return {name: [row.get(name) for row in rows] for name in names}
 
 
@@ -279,8 +264,11 @@ class EstablishedTypes:
     def build_rows(
         self, rows: Sequence[Mapping], *, groups: Sequence[Hashable] | None = None
     ) -> tuple[pa.Table, dict[int, str]]:
-        """:func:`build_rows` with the established types; establishes the new columns it shows."""
-        return self._established(lambda: build_rows(rows, types=self._known, groups=groups))
+        """:meth:`build_columns` over row dicts whose keys may differ, with every lineage column."""
+        if not rows:
+            return C.empty(), {}
+        table, failed = self.build_columns(row_columns(rows), len(rows), groups=groups)
+        return C.conform(table), failed
 
     def build_columns(
         self,
@@ -289,19 +277,14 @@ class EstablishedTypes:
         *,
         groups: Sequence[Hashable] | None = None,
     ) -> tuple[pa.Table, dict[int, str]]:
-        """:func:`build_columns` with the established types; establishes the new columns it shows."""
-        return self._established(
-            lambda: build_columns(columns, num_rows, types=self._known, groups=groups)
-        )
+        """:func:`build_columns` with the established types; establishes the new columns it shows.
 
-    def _established(
-        self, build: Callable[[], tuple[pa.Table, dict[int, str]]]
-    ) -> tuple[pa.Table, dict[int, str]]:
-        """``build()``, then again if a column it shows was established with a type it conflicts with."""
-        table, failed = build()
+        Built again if a column it shows was just established (elsewhere) with a conflicting type.
+        """
+        table, failed = build_columns(columns, num_rows, types=self._known, groups=groups)
         answer = self._establish(table.schema)
         if any(unify_types(self._known[n], table.schema.field(n).type) is None for n in answer):
-            table, failed = build()
+            table, failed = build_columns(columns, num_rows, types=self._known, groups=groups)
         self._note_open(table.schema)
         return table, failed
 

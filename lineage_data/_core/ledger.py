@@ -47,10 +47,6 @@ class _Partial:
     rows: int = 0  # entity rows handed to the consumer
     first_bad: tuple[tuple[int, ...], str, str | None, str | None] | None = None  # inner header
 
-    @property
-    def complete(self) -> bool:
-        return self.status is not None and self.announced == self.received
-
 
 class Ledger:
     """Delivered roots of one run (all of its passes), with duplicates dropped.
@@ -127,15 +123,15 @@ class Ledger:
         table = C.conform(table)
         kept, headers, stand_ins = self._take_open(table, now)
         rows = table.take(pa.array(sorted(kept + headers), pa.int64()))
-        return rows, C.rows_to_table(stand_ins) if stand_ins else C.empty()
+        return rows, C.rows_to_table(stand_ins)
 
     def _take_closed(self, table: pa.Table, now: float) -> np.ndarray:
         """The rows of roots not delivered before (the first copy of each), recorded, vectorized."""
-        slots = self._slots(table[C.ROOT])
+        slots = self._slots(table[C.ROOT])  # (take passes no empty batch)
         n = len(slots)
-        increasing = n < 2 or bool((slots[1:] > slots[:-1]).all())  # distinct roots, in slot order
+        increasing = bool((slots[1:] > slots[:-1]).all())  # distinct roots, in slot order
         run = None
-        if n and increasing and int(slots[-1]) - int(slots[0]) == n - 1:
+        if increasing and int(slots[-1]) - int(slots[0]) == n - 1:
             run = slice(int(slots[0]), int(slots[0]) + n)  # the usual batch: new roots, in order
             done = (self._flags.data[run] & _DONE) != 0
             keep = np.flatnonzero(~done) if done.any() else np.arange(n)
@@ -155,19 +151,14 @@ class Ledger:
         if len(keep):
             codes = _codes(table[C.OUTCOME])
             codes = codes if every else codes[keep]
-            causes = _told(table, C.CAUSE)
-            stages = _told(table, C.STAGE)
+            causes, stages = table[C.CAUSE], table[C.STAGE]  # (the terminal step conforms)
             detail: dict[int, tuple[str | None, str | None]] = {}
-            if causes is not None or stages is not None:
+            if causes.null_count < n or stages.null_count < n:  # not the usual PRESENT batch
                 picked = pa.array(keep, pa.int64())
-                cause = causes.take(picked) if causes is not None else None
-                stage = stages.take(picked) if stages is not None else None
-                told = _valid(cause, len(keep)) | _valid(stage, len(keep))
-                for i in np.flatnonzero(told).tolist():
-                    detail[int(slots[keep[i]])] = (
-                        cause[i].as_py() if cause is not None else None,
-                        stage[i].as_py() if stage is not None else None,
-                    )
+                cause, stage = causes.take(picked), stages.take(picked)
+                told = pc.or_(pc.is_valid(cause), pc.is_valid(stage))
+                for i in np.flatnonzero(told.to_numpy()).tolist():
+                    detail[int(slots[keep[i]])] = (cause[i].as_py(), stage[i].as_py())
             self._record(slots if every else slots[keep], codes, detail, now, at=at)
         return keep
 
@@ -206,12 +197,10 @@ class Ledger:
         done = np.zeros(len(slots), dtype=bool)
         done[known] = (self._flags.data[slots[known]] & _DONE) != 0
         finished: dict[str, tuple[str, str | None, str | None]] = {}
-        roots = table[C.ROOT].to_pylist()
-        paths = table[C.PATH].to_pylist()
-        sizes = table[C.SIZE].to_pylist()
-        outcomes = table[C.OUTCOME].to_pylist()
-        causes = table[C.CAUSE].to_pylist()
-        stages = table[C.STAGE].to_pylist()
+        roots, paths, sizes, outcomes, causes, stages = (
+            table[name].to_pylist()
+            for name in (C.ROOT, C.PATH, C.SIZE, C.OUTCOME, C.CAUSE, C.STAGE)
+        )
         for i, (root, was_done) in enumerate(zip(roots, done.tolist(), strict=True)):
             if was_done or root in finished:
                 self.duplicates += 1
@@ -239,7 +228,7 @@ class Ledger:
             else:
                 keep.append(i)
                 part.rows += 1
-            if part.status is not None and part.complete:
+            if part.status is not None and part.announced == part.received:  # complete
                 del self._partial[root]
                 status = part.status
                 if not part.rows:
@@ -317,7 +306,7 @@ class Ledger:
         return self._ids(np.flatnonzero((flags & _EXPECTED == 0) & (flags & _DONE != 0)))
 
     def _ids(self, slots: np.ndarray) -> list[str]:
-        return sorted(self._index.ids(slots).to_pylist()) if len(slots) else []
+        return sorted(self._index.ids(slots).to_pylist())
 
     def lost(self, roots: Iterable[str], attempts: int, now: float | None = None) -> pa.Table:
         """Terminal FAILED rows for roots still missing after ``attempts`` repair passes; recorded."""
@@ -358,7 +347,7 @@ class Ledger:
     def completed_since(self, cursor: int) -> tuple[list[str], int]:
         """Roots completed after the first ``cursor`` ones (in completion order), and the new cursor."""
         slots = self._order.data[cursor : self._done]
-        return (self._index.ids(slots).to_pylist() if len(slots) else []), self._done
+        return self._index.ids(slots).to_pylist(), self._done
 
     def progress(self) -> dict[str, int]:
         """Parents committed / failed so far, the expected total and the roots on their way."""
@@ -387,11 +376,9 @@ def view(rows: pa.Table) -> pa.Table:
 
 def as_root_headers(rows: pa.Table) -> pa.Table:
     """Terminal rows of roots that left nothing to go on from (lost ones) as childless root headers."""
-    rows = C.conform(rows)
-    n = rows.num_rows
-    return rows.set_column(
-        rows.column_names.index(C.PATH), C.PATH, pa.array([[]] * n, C.TYPES[C.PATH])
-    ).set_column(rows.column_names.index(C.SIZE), C.SIZE, pa.array([0] * n, C.TYPES[C.SIZE]))
+    rows = C.as_roots(rows)
+    sizes = pa.array([0] * rows.num_rows, C.TYPES[C.SIZE])
+    return rows.set_column(rows.column_names.index(C.SIZE), C.SIZE, sizes)
 
 
 def _stand_in_status(part: _Partial) -> tuple[str, str | None, str | None]:
@@ -422,20 +409,3 @@ def _codes(outcomes: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if index.null_count:
         raise ValueError(f"unknown outcome in {pc.unique(outcomes).to_pylist()}")
     return (np.asarray(index.to_numpy(zero_copy_only=False)) + 1).astype(np.uint8)
-
-
-def _told(table: pa.Table, name: str) -> pa.ChunkedArray | None:
-    """Column ``name`` of ``table``, or None when it is absent or all null (the usual PRESENT batch)."""
-    if name not in table.column_names:
-        return None
-    column = table[name]
-    return None if column.null_count == len(column) else column
-
-
-def _valid(values: pa.ChunkedArray | pa.Array | None, n: int) -> np.ndarray:
-    """Which of the ``n`` values are not null (none when the column is absent)."""
-    if values is None:
-        return np.zeros(n, dtype=bool)
-    if not values.null_count:
-        return np.ones(n, dtype=bool)
-    return np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)

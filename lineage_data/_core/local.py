@@ -72,14 +72,12 @@ def run_local(
     keep = [i for i, r in enumerate(roots) if plan.keeps(r)]
     state = LineageState()
     ledger = Ledger(plan.level, [roots[i] for i in keep], started_at=0.0)
-    table = plan.source.rows(keep)
     rng = random.Random(seed)
-    tables = [table]
+    tables = [plan.source.rows(keep)]
     for index in range(len(plan.stages)):
         op = build_op(plan, index, state, rows_per_block=rows_per_block, holders=GroupBuffer())
-        current = C.concat(tables)
         outputs: list[pa.Table] = []
-        for batch in _batches(current, rng, batch_size, shuffle):
+        for batch in _batches(C.concat(tables), rng, batch_size, shuffle):
             result = op(batch)
             outputs.extend([result] if isinstance(result, pa.Table) else list(result))
         tables = outputs

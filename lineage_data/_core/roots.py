@@ -70,9 +70,9 @@ def _hash_chunk(values: pa.StringArray) -> np.ndarray:
     else:
         chars = np.frombuffer(data, dtype=np.uint8)[first : first + total]
         longest = int(lengths.max())
-        powers = _powers_up_to(-(-longest // 8))
+        width = -(-longest // 8)  # words in the longest string
+        powers = _powers_up_to(width)
         if int(lengths.min()) == longest:  # one length (the usual ids): a matrix, a few numpy calls
-            width = -(-longest // 8)
             padded = np.zeros((n, width * 8), dtype=np.uint8)
             padded[:, :longest] = chars.reshape(n, longest)
             matrix = padded.view("<u8")
@@ -225,7 +225,8 @@ class RootIndex:
         base = len(self)
         slots[new] = base + np.arange(len(new))
         self._append_names(strings, new)
-        self._table.insert(fresh, base)
+        self._table.record(fresh, base)
+        self._table.place(fresh, slots[new])
         return slots, known
 
     def _add_distinct(
@@ -340,7 +341,8 @@ class _HashTable:
     _MAX_LOAD = 0.5
 
     def __init__(self) -> None:
-        self._hashes = Column(np.uint64)  # per slot
+        self._hashes = Column(np.uint64)  # per slot; never empty, so a probe can read slot 0's
+        self._hashes.ensure(1)
         self._slots = 0  # slots recorded (the length in use of _hashes)
         self._bits = 10
         self._cells = np.full(1 << self._bits, -1, dtype=np.int32)
@@ -393,13 +395,9 @@ class _HashTable:
         cells, known = self._cells, self._hashes.data
         while len(rows) > _FEW:
             held = cells[cell]
-            if self._slots:  # a free or claimed cell reads slot 0's hash; masked out after
-                hit = known[np.maximum(held, 0)] == wanted
-                hit &= held >= 0
-                if hit.any():
-                    found[rows[hit]] = held[hit]
-            else:
-                hit = np.zeros(len(rows), dtype=bool)
+            # a free or claimed cell reads slot 0's hash: masked out
+            hit = (known[np.maximum(held, 0)] == wanted) & (held >= 0)
+            found[rows[hit]] = held[hit]
             free = held == -1
             at = cell[free]
             markers = (-2 - rows[free]).astype(np.int32)
@@ -432,11 +430,6 @@ class _HashTable:
     def release(self, claimed: np.ndarray) -> None:
         """Free the cells a :meth:`claim` took (its batch goes the general way)."""
         self._cells[claimed[claimed >= 0]] = -1
-
-    def insert(self, hashes: np.ndarray, base: int) -> None:
-        """Slots ``base, base + 1...`` get ``hashes`` (distinct, none in the table)."""
-        self.record(hashes, base)
-        self.place(hashes, base + np.arange(len(hashes)))
 
     def record(self, hashes: np.ndarray, base: int) -> None:
         """The hashes of slots ``base, base + 1...`` (the next ones), not placed in the table."""

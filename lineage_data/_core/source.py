@@ -8,7 +8,7 @@ import hashlib
 import itertools
 import pickle
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -37,9 +37,9 @@ def root_ids(rows: Sequence[dict], id_column: str | None) -> list[str]:
     return ids
 
 
-def check_unique(ids: Iterable[str], id_column: str | None) -> None:
+def check_unique(ids: Sequence[str], id_column: str | None) -> None:
     """Raise :class:`DuplicateRootError` naming the first repeated id."""
-    if isinstance(ids, Sequence) and len(set(ids)) == len(ids):
+    if len(set(ids)) == len(ids):
         return
     seen: set[str] = set()
     for value in ids:
@@ -176,15 +176,7 @@ def with_lineage(table: pa.Table, roots: Sequence[str]) -> pa.Table:
     ids = roots if isinstance(roots, pa.Array) else pa.array(list(roots), pa.string())
     table = table.append_column(C.ROOT, ids)
     table = table.append_column(C.OUTCOME, _repeated(outcomes.Outcome.PRESENT.value, n))
-    # level 0: every path is empty (offsets all zero, no values)
-    path = pa.Array.from_buffers(
-        C.TYPES[C.PATH], n, [None, pa.py_buffer(np.zeros(n + 1, np.int32))], children=[_NO_ORDINALS]
-    )
-    table = table.append_column(C.PATH, path)
-    return C.conform(table)
-
-
-_NO_ORDINALS = pa.array([], pa.int32())
+    return C.conform(table.append_column(C.PATH, C.empty_paths(n)))
 
 
 def _repeated(text: str, n: int) -> pa.StringArray:

@@ -42,7 +42,6 @@ class TerminalRows(Mapping[str, TerminalRow]):
             position = np.zeros(int(slots.max()) + 1, dtype=np.int64)
             position[slots] = np.arange(len(slots))
             self._details = {int(position[s]): d for s, d in detail.items()}
-        self._values: list[TerminalRow] | None = None
 
     @functools.cached_property
     def _ids(self) -> pa.StringArray:
@@ -64,6 +63,19 @@ class TerminalRows(Mapping[str, TerminalRow]):
     def _where(self) -> dict[str, int]:
         return {r: i for i, r in enumerate(self._roots)}
 
+    def _causes_stages(self) -> tuple[list[str | None], list[str | None]]:
+        causes: list[str | None] = [None] * self._size
+        stages: list[str | None] = [None] * self._size
+        for i, (cause, stage) in self._details.items():
+            causes[i], stages[i] = cause, stage
+        return causes, stages
+
+    @functools.cached_property
+    def _values(self) -> list[TerminalRow]:
+        outcomes = np.array(("",) + OUTCOMES, dtype=object)[self._codes].tolist()
+        causes, stages = self._causes_stages()
+        return list(zip(outcomes, causes, stages, self._seconds.tolist(), strict=True))
+
     def __len__(self) -> int:
         return self._size
 
@@ -71,44 +83,30 @@ class TerminalRows(Mapping[str, TerminalRow]):
         return iter(self._roots)
 
     def __getitem__(self, root: str) -> TerminalRow:
-        return self.values()[self._where[root]]
+        return self._values[self._where[root]]
 
     def to_arrow(self) -> pa.Table:
         """The rows as columns ``root, outcome, cause, stage, committed_s``: no Python object per root."""
-        n = len(self._ids)
-        causes = np.full(n, None, dtype=object)
-        stages = np.full(n, None, dtype=object)
-        if self._details:
-            at = np.fromiter(self._details, dtype=np.int64, count=len(self._details))
-            causes[at] = [d[0] for d in self._details.values()]
-            stages[at] = [d[1] for d in self._details.values()]
+        causes, stages = self._causes_stages()
         return pa.table(
             {
                 "root": self._ids,
                 "outcome": _outcome_names().take(pa.array(self._codes, pa.uint8())),
-                "cause": pa.array(causes, pa.string(), from_pandas=True),
-                "stage": pa.array(stages, pa.string(), from_pandas=True),
+                "cause": pa.array(causes, pa.string()),
+                "stage": pa.array(stages, pa.string()),
                 "committed_s": pa.array(np.asarray(self._seconds, dtype=np.float64)),
             }
         )
 
     def values(self) -> list[TerminalRow]:  # type: ignore[override]
         """Every terminal row, in completion order."""
-        if self._values is None:
-            outcomes = np.array(("",) + OUTCOMES, dtype=object)[self._codes].tolist()
-            causes: list[str | None] = [None] * len(self._roots)
-            stages: list[str | None] = [None] * len(self._roots)
-            for i, (cause, stage) in self._details.items():
-                causes[i], stages[i] = cause, stage
-            self._values = list(zip(outcomes, causes, stages, self._seconds.tolist(), strict=True))
         return self._values
 
     def outcome_stage_counts(self) -> Counter[tuple[str, str | None]]:
         """How many roots ended with each ``(outcome, stage)``."""
-        counts: Counter[tuple[str, str | None]] = Counter()
-        for code, n in enumerate(self._tally.tolist()):
-            if code and n:
-                counts[(OUTCOMES[code - 1], None)] = n
+        counts: Counter[tuple[str, str | None]] = Counter(
+            {(o, None): n for o, n in zip(OUTCOMES, self._tally[1:].tolist(), strict=True)}
+        )
         for i, (_, stage) in self._details.items():
             if stage is not None:
                 outcome = OUTCOMES[int(self._codes[i]) - 1]
