@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from lineage_data import RecordFailure
 from lineage_data.connectors import errors
-from lineage_data.connectors.errors import CorruptInputError
 from lineage_data.connectors.layout import quad_to_box, reading_order, text_rows
 
 if TYPE_CHECKING:
@@ -178,11 +177,11 @@ class DetectLines:
         data = row.get(self.image_column)
         if data is None:
             cause = row.get("error") or f"no {self.image_column!r} to run OCR on"
-            raise CorruptInputError.for_input(name, cause)
+            raise errors.CorruptInputError.for_input(name, cause)
         try:
             return self._ocr.load_img(bytes(data))
         except Exception as exc:  # PIL raises several types for undecodable bytes
-            raise CorruptInputError.for_input(
+            raise errors.CorruptInputError.for_input(
                 name, f"the page image cannot be decoded ({exc})"
             ) from exc
 
