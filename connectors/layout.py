@@ -18,6 +18,7 @@ be cut apart. Ties break by coordinates, so the result does not depend on the in
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 
@@ -130,15 +131,12 @@ class _Page:
 
     def _columns(self, region: list[int]) -> tuple[list[list[int]], float] | None:
         """The region cut at its gutters (module docstring, 1.) and the widest gutter, or None."""
-        gaps = self._gaps(region, axis=0)
-        pieces = self._split(region, gaps, axis=0) if gaps else None
+        pieces = self._split(region, self._gaps(region, axis=0), axis=0)
         if pieces is None:
             return None
         columns = [pieces[0]]
         for piece in pieces[1:]:
-            if self._side_by_side(columns[-1], piece) > _COLUMN * self.height and not self._labels(
-                columns[-1], piece
-            ):
+            if self._two_columns(columns[-1], piece):
                 columns.append(piece)
             else:
                 columns[-1] = columns[-1] + piece
@@ -146,23 +144,23 @@ class _Page:
             return None
         widest = max(
             min(self.boxes[i][0] for i in right) - max(self.boxes[i][2] for i in left)
-            for left, right in zip(columns, columns[1:], strict=False)
+            for left, right in itertools.pairwise(columns)
         )
         return columns, widest
 
-    def _labels(self, a: list[int], b: list[int]) -> bool:
-        """One piece narrower than a text column and than ``_LABELS`` of the other: labels."""
+    def _two_columns(self, a: list[int], b: list[int]) -> bool:
+        """Side by side over more than ``_COLUMN`` line heights, and not labels beside values.
+
+        Labels: one piece narrower than a text column and than ``_LABELS`` of the other.
+        """
+        top = max(min(self.boxes[i][1] for i in a), min(self.boxes[i][1] for i in b))
+        bottom = min(max(self.boxes[i][3] for i in a), max(self.boxes[i][3] for i in b))
         narrow, wide = sorted((self._width(a), self._width(b)))
-        return narrow < _COLUMN_WIDTH * self.height and narrow < _LABELS * wide
+        labels = narrow < _COLUMN_WIDTH * self.height and narrow < _LABELS * wide
+        return bottom - top > _COLUMN * self.height and not labels
 
     def _width(self, piece: list[int]) -> float:
         return max(self.boxes[i][2] for i in piece) - min(self.boxes[i][0] for i in piece)
-
-    def _side_by_side(self, a: list[int], b: list[int]) -> float:
-        """How far the vertical extents of two pieces overlap."""
-        top = max(min(self.boxes[i][1] for i in a), min(self.boxes[i][1] for i in b))
-        bottom = min(max(self.boxes[i][3] for i in a), max(self.boxes[i][3] for i in b))
-        return bottom - top
 
     def _gaps(self, region: list[int], *, axis: int) -> list[tuple[float, float]]:
         """Whitespace bands across the region along ``axis`` (0: x, 1: y): (width, where)."""

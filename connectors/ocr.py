@@ -19,6 +19,7 @@ imported when a stage is built.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import statistics
 import threading
 from collections.abc import Iterator
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from lineage_data import RecordFailure
 from lineage_data.connectors import errors
-from lineage_data.connectors.errors import CorruptInputError
 from lineage_data.connectors.layout import quad_to_box, reading_order, text_rows
 
 if TYPE_CHECKING:
@@ -137,8 +137,7 @@ class DetectLines:
 
     def __call__(self, row: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Detect, order and crop the lines of one page; see the class docstring."""
-        lines = self._lines(row)  # all the work happens before the first yield
-        yield from lines
+        yield from self._lines(row)  # all the work happens before the first yield
 
     def _lines(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         import cv2
@@ -151,33 +150,26 @@ class DetectLines:
         image, ratio_h, ratio_w = ocr.preprocess(image)
         record: dict[str, Any] = {"preprocess": {"ratio_h": ratio_h, "ratio_w": ratio_w}}
         image, record = ocr.maybe_add_letterbox(image, record)
-        boxes, scores = self._detect(image)
-        if not boxes:
+        found = self._detect(image)
+        if not found:
             return []
-        order = reading_order([quad_to_box(box.reshape(-1).tolist()) for box in boxes])
-        corners = np.ascontiguousarray(np.stack([boxes[i] for i in order]).astype(np.float32))
+        order = reading_order([quad_to_box(box.reshape(-1).tolist()) for box, _ in found])
+        corners = np.ascontiguousarray(np.stack([found[i][0] for i in order]).astype(np.float32))
         crops = ocr.get_crop_img_list(image, list(corners))
         origin = ocr._get_origin_points(list(corners), record, raw_h, raw_w)
-        out = []
-        count = len(crops)
-        for index, (crop, box, i) in enumerate(zip(crops, origin, order, strict=True)):
-            ok, png = cv2.imencode(".png", crop, [cv2.IMWRITE_PNG_COMPRESSION, 1])
-            if not ok:  # pragma: no cover - OpenCV encodes any non-empty uint8 image
-                raise CorruptInputError.for_input(
-                    errors.input_name(row, kind="page"), f"line {index} cannot be encoded"
-                )
-            out.append(
-                {
-                    "line_index": index,
-                    "line_count": count,
-                    "box": [round(float(v), 1) for v in box.reshape(-1)],
-                    "det_score": round(scores[i], 4),
-                    "crop": png.tobytes(),
-                    "crop_width": int(crop.shape[1]),
-                    "crop_height": int(crop.shape[0]),
-                }
-            )
-        return out
+        return [
+            {
+                "line_index": index,
+                "line_count": len(crops),
+                "box": [round(float(v), 1) for v in box.reshape(-1)],
+                "det_score": round(found[i][1], 4),
+                # OpenCV encodes any non-empty uint8 image: no failure to handle.
+                "crop": cv2.imencode(".png", crop, [cv2.IMWRITE_PNG_COMPRESSION, 1])[1].tobytes(),
+                "crop_width": int(crop.shape[1]),
+                "crop_height": int(crop.shape[0]),
+            }
+            for index, (crop, box, i) in enumerate(zip(crops, origin, order, strict=True))
+        ]
 
     def _image(self, row: dict[str, Any]) -> np.ndarray:
         """The page image as RapidOCR loads it, or the page's typed failure."""
@@ -185,29 +177,27 @@ class DetectLines:
         data = row.get(self.image_column)
         if data is None:
             cause = row.get("error") or f"no {self.image_column!r} to run OCR on"
-            raise CorruptInputError.for_input(name, cause)
+            raise errors.CorruptInputError.for_input(name, cause)
         try:
             return self._ocr.load_img(bytes(data))
         except Exception as exc:  # PIL raises several types for undecodable bytes
-            raise CorruptInputError.for_input(
+            raise errors.CorruptInputError.for_input(
                 name, f"the page image cannot be decoded ({exc})"
             ) from exc
 
-    def _detect(self, image: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
-        """Boxes and scores of RapidOCR's detector, after its own size filter."""
+    def _detect(self, image: np.ndarray) -> list[tuple[np.ndarray, float]]:
+        """(box, score) of each line RapidOCR's detector finds, after its own size filter."""
         det = self._ocr.text_det
         det.preprocess_op = det.get_preprocess(max(image.shape[0], image.shape[1]))
         prepared = det.preprocess_op(image)
         if prepared is None:
-            return [], []
+            return []
         boxes, scores = det.postprocess_op(det.infer(prepared)[0], image.shape[:2])
-        kept_boxes, kept_scores = [], []
-        for box, score in zip(boxes, scores, strict=True):
-            kept = det.filter_tag_det_res(box[None], image.shape[:2])
-            if len(kept):
-                kept_boxes.append(kept[0])
-                kept_scores.append(float(score))
-        return kept_boxes, kept_scores
+        return [
+            (kept[0], float(score))
+            for box, score in zip(boxes, scores, strict=True)
+            if len(kept := det.filter_tag_det_res(box[None], image.shape[:2]))
+        ]
 
 
 class RecognizeLines:
@@ -272,7 +262,7 @@ class RecognizeLines:
             if value:
                 image = cv2.imdecode(np.frombuffer(value, np.uint8), cv2.IMREAD_COLOR)
             if image is None or image.size == 0:
-                size = len(value) if value else 0
+                size = len(value or b"")
                 texts[i] = RecordFailure(f"unreadable crop: not a PNG/JPEG image ({size} bytes)")
                 continue
             images.append(image)
@@ -311,7 +301,7 @@ def _with_gap_spaces(text: str, image: np.ndarray, word_box: list[Any]) -> str:
     positions = [step for word in steps_of_words for step in word]
     if len(positions) != len(text) or steps <= 0:
         return text
-    gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
+    gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)  # crops are decoded with IMREAD_COLOR
     _, ink = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV + cv2.THRESH_OTSU)
     empty: list[bool] = (ink.max(axis=0) == 0).tolist()
     scale = gray.shape[1] / steps
@@ -327,7 +317,7 @@ def _gap_spaces(text: str, centres: list[float], empty: list[bool], height: int)
     ``0.16 * height`` and than twice the line's median gap: the median keeps monospace code as read.
     """
     gaps = []
-    for a, b in zip(centres, centres[1:], strict=False):
+    for a, b in itertools.pairwise(centres):
         run = best = 0
         for x in range(max(int(a), 0), min(int(b) + 1, len(empty))):
             run = run + 1 if empty[x] else 0

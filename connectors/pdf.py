@@ -16,6 +16,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lineage_data import RecordFailure
@@ -127,40 +128,42 @@ for _native in (render_pages, PdfPages):  # see PAGE_TIMEOUT_S
     setattr(_native, "default_timeout_s", PAGE_TIMEOUT_S)  # noqa: B010 - a function attribute
 
 
+@dataclass(slots=True)
 class _PageOptions:
-    """Validated options of :func:`render_pages`."""
+    """Validated options of :func:`render_pages`; ``image_format`` becomes pillow's name."""
 
-    def __init__(
-        self,
-        dpi: float,
-        max_pixels: int,
-        max_pages: int | None,
-        max_bytes: int | None,
-        render: bool,
-        image_format: str,
-        page_errors: str = "raise",
-    ) -> None:
-        if page_errors not in ("raise", "keep"):
-            raise ValueError(f"page_errors must be 'raise' or 'keep', got {page_errors!r}")
-        if not dpi > 0:
-            raise ValueError(f"dpi must be > 0, got {dpi!r}")
-        if max_pixels < 1:
-            raise ValueError(f"max_pixels must be >= 1, got {max_pixels!r}")
-        for name, cap in (("max_pages", max_pages), ("max_bytes", max_bytes)):
+    dpi: float
+    max_pixels: int
+    max_pages: int | None
+    max_bytes: int | None
+    render: bool
+    image_format: str
+    page_errors: str = "raise"
+
+    def __post_init__(self) -> None:
+        if self.page_errors not in ("raise", "keep"):
+            raise ValueError(f"page_errors must be 'raise' or 'keep', got {self.page_errors!r}")
+        if not self.dpi > 0:
+            raise ValueError(f"dpi must be > 0, got {self.dpi!r}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels!r}")
+        for name, cap in (("max_pages", self.max_pages), ("max_bytes", self.max_bytes)):
             if cap is not None and cap < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {cap!r}")
-        if image_format.lower() not in _IMAGE_FORMATS:
+        if self.image_format.lower() not in _IMAGE_FORMATS:
             known = sorted(_IMAGE_FORMATS)
-            raise ValueError(f"image_format must be one of {known}, got {image_format!r}")
-        self.dpi, self.max_pixels = float(dpi), int(max_pixels)
-        self.max_pages, self.max_bytes = max_pages, max_bytes
-        self.render, self.image_format = bool(render), _IMAGE_FORMATS[image_format.lower()]
-        self.keep_errors = page_errors == "keep"
+            raise ValueError(f"image_format must be one of {known}, got {self.image_format!r}")
+        self.dpi, self.max_pixels = float(self.dpi), int(self.max_pixels)
+        self.render = bool(self.render)
+        self.image_format = _IMAGE_FORMATS[self.image_format.lower()]
 
 
 def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str, Any]]:
     """The generator behind :func:`render_pages`."""
-    pdfium = _import_pdfium()
+    try:
+        import pypdfium2 as pdfium
+    except ImportError as exc:
+        raise ImportError(f"the PDF connector needs pypdfium2: {_INSTALL_HINT}") from exc
     name = errors.input_name(row, kind="pdf")
     data = _checked_bytes(row, name, options.max_bytes)  # alive until the document closes
     document = _open_document(pdfium, data, name)
@@ -171,7 +174,7 @@ def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str
                 name, f"{count} pages exceed max_pages={options.max_pages}"
             )
         for index in range(count):
-            if not options.keep_errors:
+            if options.page_errors == "raise":
                 yield _read_page(pdfium, document, index, count, name, options)
                 continue
             try:
@@ -182,14 +185,6 @@ def _iter_pages(row: dict[str, Any], options: _PageOptions) -> Iterator[dict[str
             yield page
     finally:
         document.close()
-
-
-def _import_pdfium() -> Any:
-    try:
-        import pypdfium2
-    except ImportError as exc:
-        raise ImportError(f"the PDF connector needs pypdfium2: {_INSTALL_HINT}") from exc
-    return pypdfium2
 
 
 def _checked_bytes(row: dict[str, Any], name: str, max_bytes: int | None) -> bytes:
@@ -268,16 +263,14 @@ def render_scale(width: float, height: float, *, dpi: float, max_pixels: int) ->
         True
     """
     scale = dpi / 72
-    area = max(width, 1e-6) * max(height, 1e-6)
     if math.ceil(width * scale) * math.ceil(height * scale) > max_pixels:
-        scale = math.sqrt(max_pixels / area)
+        scale = math.sqrt(max_pixels / (max(width, 1e-6) * max(height, 1e-6)))
         while scale > 0 and math.ceil(width * scale) * math.ceil(height * scale) > max_pixels:
             scale *= 0.999
     return scale
 
 
 def _render(page: Any, width: float, height: float, options: _PageOptions) -> bytes:
-    """Render ``page`` and encode it as PNG or JPEG bytes."""
     scale = render_scale(width, height, dpi=options.dpi, max_pixels=options.max_pixels)
     bitmap = page.render(scale=scale, rev_byteorder=True)
     try:
@@ -365,11 +358,7 @@ class ExtractText:
     def __call__(self, batch: pa.Table | dict[str, list[Any]]) -> dict[str, list[Any]]:
         """Clean one batch; see the class docstring."""
         values = errors.column_values(batch, self.column, "ExtractText")
-        texts: list[Any] = []
-        chars: list[int] = []
-        for value in values:
-            clean = normalize_text(value or "")
-            chars.append(len(clean))
-            short = len(clean) < self.min_chars
-            texts.append(RecordFailure("empty text layer") if short else clean)
-        return {"text": texts, "chars": chars}
+        clean = [normalize_text(value or "") for value in values]
+        failure = RecordFailure("empty text layer")
+        texts = [failure if len(text) < self.min_chars else text for text in clean]
+        return {"text": texts, "chars": [len(text) for text in clean]}

@@ -172,7 +172,7 @@ def clip_bounds(
     while (nominal := start + k * clip_seconds) < end_s - clip_seconds / 4:
         at = bisect.bisect_left(keyframes, nominal)
         near = [kf for kf in keyframes[max(0, at - 1) : at + 1] if abs(kf - nominal) <= snap]
-        moved = min(near, key=lambda kf: abs(kf - nominal)) if near else nominal
+        moved = min(near, key=lambda kf: abs(kf - nominal), default=nominal)
         if moved > bounds[-1] + _av.EPS:
             bounds.append(moved)
         k += 1
@@ -212,7 +212,7 @@ def _demux(av: Any, container: Any, name: str, max_seconds: float | None) -> _De
     gops[-1].end_s = end_s
     _check_complete(name, declared, end_s, audio_packets)
     _av.check_duration(name, end_s - gops[0].start_s, max_seconds)
-    return _Demuxed(video, audio if audio_packets else None, gops, audio_packets, end_s)
+    return _Demuxed(video, audio, gops, audio_packets, end_s)
 
 
 def _fps(video: Any, demuxed: _Demuxed) -> float:

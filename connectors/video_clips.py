@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import bisect
 import io
 import math
 from collections.abc import Iterator
@@ -102,15 +103,14 @@ def _iter_frames(
         step = _av.frame_seconds(stream)
         span = (end - start) if end is not None else count * step
         targets = [start + (i + 0.5) * span / count for i in range(count)]
-        picked = 0
+        picked = 0  # targets[:picked] have their frame
         last: tuple[int, float, Any] | None = None
         for index, t, frame in _frames_in_range(av, container, name, start, end, max_decoded):
-            taken = False
-            while picked < count and targets[picked] < t + step / 2:
-                picked, taken = picked + 1, True
-            if taken:
+            reached = bisect.bisect_left(targets, t + step / 2, lo=picked)
+            if reached > picked:
                 yield _frame_row(index, t, frame, quality)
-            last = None if taken else (index, t, frame)
+            last = None if reached > picked else (index, t, frame)
+            picked = reached
         if last is None and picked == 0:
             raise EmptyInputError.for_input(name, f"no frames in [{start:.3f}, {end}) s")
         if last is not None and picked < count:
@@ -189,8 +189,7 @@ def clip_audio(
         if not container.streams.audio:
             stats: dict[str, Any] = {"audio_sample_rate": None, "audio_channels": None}
             return {**row, **stats, "audio_seconds": 0.0, "audio_rms": None, "audio_peak": None}
-        stream = container.streams.audio[0]
-        start, end = _time_range(row, container, stream)
+        start, end = _time_range(row, container, container.streams.audio[0])
         return {**row, **_audio_stats(av, container, name, start, end, max_seconds)}
 
 
@@ -207,8 +206,11 @@ def _audio_stats(
     try:
         for frame in container.decode(stream):
             t = float(frame.time) if frame.time is not None else start
+            # The samples that lie in [start, end): the frame's first one is at t.
+            first = max(0, round((start - t) * rate))
+            last = None if end is None else max(0, round((end - t) * rate))
             for converted in resampler.resample(frame):
-                values = _trim(converted.to_ndarray().astype(np.float64), t, rate, start, end)
+                values = converted.to_ndarray().astype(np.float64)[:, first:last]
                 samples += values.shape[1]
                 squares += float(np.square(values).sum())
                 peak = max(peak, float(np.abs(values).max(initial=0.0)))
@@ -224,13 +226,6 @@ def _audio_stats(
         "audio_rms": math.sqrt(squares / total) if total else 0.0,
         "audio_peak": peak,
     }
-
-
-def _trim(values: Any, t: float, rate: int, start: float, end: float | None) -> Any:
-    """The samples (columns) of ``values``, starting at ``t`` s, that lie in ``[start, end)``."""
-    first = max(0, round((start - t) * rate))
-    last = values.shape[1] if end is None else max(0, round((end - t) * rate))
-    return values[:, first:last]
 
 
 for _native in (sample_frames, clip_audio):  # see CLIP_TIMEOUT_S
