@@ -73,9 +73,9 @@ def _configured_endpoint(options: Mapping[str, Any], config: Any = None) -> str 
     )
     if str(ignore).lower() == "true":
         return None
-    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
-        if os.environ.get(name):
-            return os.environ[name]
+    from_env = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if from_env:
+        return from_env
     services = full.get("services", {}).get(scoped.get("services", ""), {})
     return services.get("s3", {}).get("endpoint_url") or scoped.get("endpoint_url")
 
@@ -134,8 +134,7 @@ def resolve_filesystem(path: str, filesystem: Any = None) -> tuple[Any, str]:
         from fsspec.implementations.arrow import ArrowFSWrapper
 
         wrapped = ArrowFSWrapper(filesystem)
-        stripped = path.split("://", 1)[1] if "://" in path else path
-        return wrapped, wrapped._strip_protocol(stripped)
+        return wrapped, wrapped._strip_protocol(path.split("://", 1)[-1])
     if path.startswith(S3_SCHEMES):
         s3 = s3_filesystem()
         return s3, s3._strip_protocol(path)
