@@ -242,11 +242,6 @@ def s3_endpoint(fs: Any = None) -> str:
     return str(endpoint) if endpoint else "the default AWS endpoint"
 
 
-def _url(path: str) -> str:
-    stripped = path.split("://", 1)[1] if path.startswith(S3_SCHEMES) else path
-    return "s3://" + stripped.strip("/")
-
-
 def s3_error(exc: BaseException, path: str, fs: Any = None) -> LineageError | None:
     """``exc`` from an S3 call on ``path`` as one of the errors above, or None to keep it.
 
@@ -258,7 +253,7 @@ def s3_error(exc: BaseException, path: str, fs: Any = None) -> LineageError | No
     kind = classify_s3_error(exc)
     if kind is None:
         return None
-    url = _url(path)
+    url = "s3://" + (path.split("://", 1)[1] if path.startswith(S3_SCHEMES) else path).strip("/")
     endpoint = s3_endpoint(fs)
     why = _error_code(exc) or type(exc).__name__
     if kind == "credentials":
