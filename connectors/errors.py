@@ -50,10 +50,9 @@ def input_name(row: dict[str, Any], *, kind: str = "input") -> str:
         >>> input_name({"bytes": b"abc"}, kind="pdf")
         '<pdf of 3 bytes>'
     """
-    for key in ("path", "uri"):
-        value = row.get(key)
-        if value:
-            return str(value)
+    value = row.get("path") or row.get("uri")
+    if value:
+        return str(value)
     data = row.get("bytes")
     size = f" of {len(data)} bytes" if isinstance(data, bytes | bytearray | memoryview) else ""
     return f"<{kind}{size}>"

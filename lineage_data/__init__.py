@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lineage_data._core import columns
+from lineage_data._core.columns import CAUSE, OUTCOME, ROOT
 from lineage_data._core.failures import GroupFailure, RecordFailure
 from lineage_data._core.outcomes import Outcome
 from lineage_data._core.plan import FilesSource, ItemsSource, Plan, RaySource
@@ -55,10 +56,6 @@ def __getattr__(name: str) -> Any:
 
 
 __version__ = "0.1.0"
-
-ROOT = columns.ROOT
-OUTCOME = columns.OUTCOME
-CAUSE = columns.CAUSE
 
 __all__ = [
     "CAUSE",

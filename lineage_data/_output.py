@@ -56,8 +56,8 @@ class _Kept:
         for ref in self.stand_ins:
             yield ray.get(ref)
 
-    def dataset(self) -> ray.data.Dataset:
-        """The same as a Ray Dataset (already accounted: no lineage run)."""
+    def dataset(self, keep_lineage: bool = True) -> ray.data.Dataset:
+        """The same as a Ray Dataset, as a consumer sees it (already accounted: no lineage run)."""
         import ray
 
         refs: list[Any] = list(self.refs) or [ray.put(C.empty())]
@@ -66,7 +66,9 @@ class _Kept:
             ds = ds.map_batches(view, batch_format="pyarrow", batch_size=None)
             if self.stand_ins:
                 ds = ds.union(ray.data.from_arrow_refs(list(self.stand_ins)))
-        return ds
+        return ds.map_batches(
+            C.public, fn_kwargs={"keep_lineage": keep_lineage}, batch_format="pyarrow"
+        )
 
 
 class Consumers:
@@ -132,9 +134,8 @@ class Consumers:
         ``drop_last`` drops a last short batch (its rows were delivered, and are in the report).
         """
         _check_format(batch_format)
-        tables = self._tables(prefetch_batches=prefetch_batches, keep_lineage=keep_lineage)
         for batch in rebatch(
-            tables,
+            self._tables(prefetch_batches=prefetch_batches, keep_lineage=keep_lineage),
             batch_size=batch_size,
             drop_last=drop_last,
             local_shuffle_buffer_size=local_shuffle_buffer_size,
@@ -299,7 +300,7 @@ class Consumers:
         source = MaterializedSource(
             refs=tuple(refs),
             id_column=C.ROOT,
-            level=self._plan.level,
+            level=plan.level,
             roots=self._delivered(report),
             done=len(plan.stages),
             counts=tuple(
@@ -310,7 +311,7 @@ class Consumers:
             ),
         )
         continued = Plan(source, plan.stages, max_repair_attempts=plan.max_repair_attempts)
-        kept = _Kept(tuple(refs), report, level=self._plan.level, stand_ins=tuple(stand_ins))
+        kept = _Kept(tuple(refs), report, level=plan.level, stand_ins=tuple(stand_ins))
         return LineageDataset(continued, kept=kept)
 
     def _delivered(self, report: RunReport) -> tuple[str, ...]:
@@ -358,25 +359,20 @@ class Consumers:
         if kwargs:
             raise TypeError(f"write_datasink: {sorted(kwargs)} cannot go with a rolled write")
         policy = RollingPolicy(rows_per_write, max_bytes_per_write, max_write_interval_s)
-        if self._kept is not None:  # already accounted and materialized: cut by rows only
-
-            def write(ds: Any) -> None:
-                if rows_per_write is not None:
-                    ds = ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
-                ds.write_datasink(datasink)
-
-            self._write(write, keep_lineage)
+        if self._kept is None:
+            self._execution().write_rolled(datasink, policy, keep_lineage=keep_lineage)
             return
-        self._execution().write_rolled(datasink, policy, keep_lineage=keep_lineage)
+        # already accounted and materialized: cut by rows only
+        ds = self._kept.dataset(keep_lineage)
+        if rows_per_write is not None:
+            ds = ds.repartition(target_num_rows_per_block=rows_per_write, strict=True)
+        ds.write_datasink(datasink)
 
     def _write(self, action: Callable[[Any], Any], keep_lineage: bool) -> None:
         if self._kept is not None:  # already accounted: a plain Ray write of what a consumer sees
-            ds = self._kept.dataset().map_batches(
-                C.public, fn_kwargs={"keep_lineage": keep_lineage}, batch_format="pyarrow"
-            )
-            action(ds)
-            return
-        self._execution().write(action, keep_lineage=keep_lineage)
+            action(self._kept.dataset(keep_lineage))
+        else:
+            self._execution().write(action, keep_lineage=keep_lineage)
 
     def to_ray(self) -> ray.data.Dataset:
         """The lowered, lazy Ray Data Dataset (public lineage columns + user columns).
@@ -385,7 +381,7 @@ class Consumers:
         garbage collected unexecuted). Only this class's consumers do repair and the report.
         """
         if self._kept is not None:
-            return self._kept.dataset().map_batches(C.public, batch_format="pyarrow")
+            return self._kept.dataset()
         from lineage_data._ray.execute import detached_dataset
 
         return detached_dataset(self._plan)

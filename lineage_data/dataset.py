@@ -301,11 +301,10 @@ class LineageDataset(Consumers):
         )
 
     def _check_known(self, names: list[str], verb: str) -> None:
-        known = self._plan.columns
-        missing = [n for n in names if known is not None and n not in known]
-        if missing:
+        known = self._plan.columns  # None: not known before the run, not checked
+        if known is not None and (missing := [n for n in names if n not in known]):
             raise PlanError(
-                f"{verb}: column(s) {missing} are not in the rows (columns: {sorted(known or ())})"
+                f"{verb}: column(s) {missing} are not in the rows (columns: {sorted(known)})"
             )
 
     # -- plan options -----------------------------------------------------------------------------
@@ -395,6 +394,6 @@ def _timeout(fn: Any, timeout_s: float | None) -> float | None:
         while isinstance(fn, functools.partial):
             fn = fn.func
         timeout_s = getattr(fn, "default_timeout_s", None)
-    if isinstance(timeout_s, int | float) and math.isinf(timeout_s) and timeout_s > 0:
+    if isinstance(timeout_s, float) and timeout_s == math.inf:  # an int is never infinite
         return None
     return timeout_s

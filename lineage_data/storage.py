@@ -73,9 +73,9 @@ def _configured_endpoint(options: Mapping[str, Any], config: Any = None) -> str 
     )
     if str(ignore).lower() == "true":
         return None
-    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
-        if os.environ.get(name):
-            return os.environ[name]
+    from_env = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if from_env:
+        return from_env
     services = full.get("services", {}).get(scoped.get("services", ""), {})
     return services.get("s3", {}).get("endpoint_url") or scoped.get("endpoint_url")
 
@@ -134,8 +134,7 @@ def resolve_filesystem(path: str, filesystem: Any = None) -> tuple[Any, str]:
         from fsspec.implementations.arrow import ArrowFSWrapper
 
         wrapped = ArrowFSWrapper(filesystem)
-        stripped = path.split("://", 1)[1] if "://" in path else path
-        return wrapped, wrapped._strip_protocol(stripped)
+        return wrapped, wrapped._strip_protocol(path.split("://", 1)[-1])
     if path.startswith(S3_SCHEMES):
         s3 = s3_filesystem()
         return s3, s3._strip_protocol(path)
@@ -243,11 +242,6 @@ def s3_endpoint(fs: Any = None) -> str:
     return str(endpoint) if endpoint else "the default AWS endpoint"
 
 
-def _url(path: str) -> str:
-    stripped = path.split("://", 1)[1] if path.startswith(S3_SCHEMES) else path
-    return "s3://" + stripped.strip("/")
-
-
 def s3_error(exc: BaseException, path: str, fs: Any = None) -> LineageError | None:
     """``exc`` from an S3 call on ``path`` as one of the errors above, or None to keep it.
 
@@ -259,7 +253,7 @@ def s3_error(exc: BaseException, path: str, fs: Any = None) -> LineageError | No
     kind = classify_s3_error(exc)
     if kind is None:
         return None
-    url = _url(path)
+    url = "s3://" + (path.split("://", 1)[1] if path.startswith(S3_SCHEMES) else path).strip("/")
     endpoint = s3_endpoint(fs)
     why = _error_code(exc) or type(exc).__name__
     if kind == "credentials":
