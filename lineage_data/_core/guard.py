@@ -16,7 +16,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from lineage_data._core import outcomes
 from lineage_data._core.errors import WorkerCrashedError
@@ -33,14 +33,14 @@ _LIVES: dict[str, tuple[str, int]] = {}  # by stage: this actor's life's key, ba
 _concurrent = False  # several operators of a stage run in this process at once (set_concurrent)
 
 
-def set_concurrent(on: bool = True) -> None:
+def set_concurrent() -> None:
     """Say that this process runs several operators of a stage at once (threads of one actor).
 
     Then each isolated unit's end is journaled at once, so a later crash in another thread is not
     pinned on it.
     """
     global _concurrent
-    _concurrent = on
+    _concurrent = True
 
 
 def doom_limit(max_crash_retries: int, units: int) -> int:
@@ -68,8 +68,7 @@ def born(stage: str, journal: Journal, actor: str, max_crash_retries: int) -> in
     finished work. Raises :class:`WorkerCrashedError` past :func:`barren_limit` such lives in a row.
     """
     key = f"life of actor {actor}"
-    barren, _ = journal.attempt(stage, key, ())
-    barren = int(barren)
+    barren = int(journal.attempt(stage, key, ())[0])
     if barren > barren_limit(max_crash_retries):
         raise WorkerCrashedError(
             f"stage {stage!r}: an actor died {barren} times in a row before it finished a block, "
@@ -133,25 +132,6 @@ def block_key(n: int, first: str, last: str) -> str:
     return f"#{n}\x1d{first}\x1d{last}"
 
 
-class _NoJournal:
-    """What a guard without a journal talks to: nothing journaled, nothing known."""
-
-    def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
-        return 0, 0
-
-    def hung(self, stage: str, key: str) -> None:
-        pass
-
-    def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
-        return []
-
-    def why_crashed(self, stage: str, key: str) -> str | None:
-        return None
-
-
-_NO_JOURNAL = _NoJournal()
-
-
 class Guard:
     """The crash journal and the watchdog of one stage's operator, in one worker process.
 
@@ -173,8 +153,9 @@ class Guard:
         self._stage = stage
         # Without a journal (None, or a stand-in that keeps none) nothing is isolated, and no timeout
         # is enforced: its retry could then never end. A flat plan journals on each node (TypeStore).
-        self._journal: Journal = journal if isinstance(journal, Journal) else _NO_JOURNAL
-        self._active = self._journal is not _NO_JOURNAL
+        # The journal is read only once block() isolates, or under a timeout: both need it.
+        self._active = isinstance(journal, Journal)
+        self._journal = cast(Journal, journal)
         self._max = max_crash_retries
         self._watchdog = watchdog if self._active else None
         self._timeout = timeout_s if self._watchdog is not None else None

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lineage_data._core.errors import PlanError
-from lineage_data._core.stages import AnyStage, Expand, Filter, Kind, MapBatches, MapRows, Reduce
+from lineage_data._core.stages import AnyStage, Expand, Filter, MapBatches, MapRows, Reduce
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,9 +108,7 @@ class Plan:
     @property
     def columns(self) -> frozenset[str] | None:
         """The user columns at the end of the plan, when known before the run (filters keep them)."""
-        if all(isinstance(stage, Filter) for stage in self.stages):
-            return self.source.columns
-        return None
+        return self.source.columns if all(isinstance(s, Filter) for s in self.stages) else None
 
     def derived_stages(self) -> tuple[str, ...]:
         """Source-level 1:1 stages: they report nothing; their counts come from the terminal rows."""
@@ -177,9 +175,9 @@ class Plan:
                 )
         return replace(self, stages=(*self.stages, stage))
 
-    def unique_name(self, fn: Any, kind: Kind | str) -> str:
+    def unique_name(self, fn: Any, kind: str) -> str:
         """A default stage name from the function's (a lambda's: the kind), unique in this plan."""
-        kind = kind.value if isinstance(kind, Kind) else kind
+        kind = str(kind)  # a Kind's value
         while isinstance(fn, functools.partial):
             fn = fn.func
         base = kind if fn is None else getattr(fn, "__name__", None) or type(fn).__name__

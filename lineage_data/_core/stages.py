@@ -31,8 +31,6 @@ OnChildFailure = Literal["fail", "skip"]
 # Ray Data's batch formats; None: the block as it is (an Arrow table here).
 BatchFormat = Literal["default", "numpy", "pandas", "pyarrow"] | None
 
-ON_ERROR: tuple[str, ...] = get_args(OnError)
-ON_CHILD_FAILURE: tuple[str, ...] = get_args(OnChildFailure)
 BATCH_FORMATS: tuple[str | None, ...] = (*get_args(get_args(BatchFormat)[0]), None)
 DEFAULT_BATCH_FORMAT: BatchFormat = "default"
 
@@ -69,15 +67,14 @@ def from_options(fn: Any, options: Mapping[str, Any]) -> tuple[UserFn, Compute]:
         constructor_args=tuple(rest.pop("fn_constructor_args", None) or ()),
         constructor_kwargs=dict(rest.pop("fn_constructor_kwargs", None) or {}),
     )
-    compute = Compute(
+    return call, Compute(
         strategy=rest.pop("compute", None),
         concurrency=rest.pop("concurrency", None),
         num_cpus=rest.pop("num_cpus", None),
         num_gpus=rest.pop("num_gpus", None),
         memory=rest.pop("memory", None),
-        ray_remote_args={k: v for k, v in rest.items() if v is not None},
+        ray_remote_args={k: v for k, v in rest.items() if v is not None},  # after the pops above
     )
-    return call, compute
 
 
 def _one_of(where: str, option: str, value: Any, allowed: tuple[Any, ...]) -> None:
@@ -169,8 +166,6 @@ class Compute:
                 "compute=ray.data.TaskPoolStrategy(...) or make fn a callable class"
             )
         c = self.concurrency
-        if c is None:
-            return
         if isinstance(c, tuple):
             if len(c) not in (2, 3) or not all(isinstance(v, int) for v in c):
                 raise PlanError(
@@ -181,7 +176,7 @@ class Compute:
                     f"{where}: concurrency is a tuple but fn is not a callable class (use "
                     "concurrency=n for at most n tasks)"
                 )
-        elif not isinstance(c, int) or isinstance(c, bool) or c < 1:
+        elif c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 1):
             raise PlanError(f"{where}: concurrency must be a positive int or a tuple, got {c!r}")
 
 
@@ -222,12 +217,24 @@ class Stage:
 
     def check(self) -> None:
         """Raise :class:`PlanError` for options that cannot work."""
-        _one_of(self.where, "on_error", self.on_error, ON_ERROR)
-        _check_faults(self)
-        if self.call.fn is None:
-            raise PlanError(f"{self.where}: fn is required")
+        _one_of(self.where, "on_error", self.on_error, get_args(OnError))
+        retries = self.max_crash_retries
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise PlanError(f"{self.where}: max_crash_retries must be an int >= 0, got {retries!r}")
+        timeout = self.timeout_s
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
+            raise PlanError(
+                f"{self.where}: timeout_s must be a number > 0 or None, got {timeout!r}"
+            )
+        self._check_fn()
         self.call.check(self.where)
         self.compute.check(self.where, self.call)
+
+    def _check_fn(self) -> None:
+        if self.call.fn is None:
+            raise PlanError(f"{self.where}: fn is required")
 
     def describe(self) -> str:
         """The stage's options as one line of text (for ``explain()``)."""
@@ -238,17 +245,6 @@ class Stage:
 
     def _options(self) -> list[str]:
         return self.compute.describe()
-
-
-def _check_faults(stage: Stage) -> None:
-    retries = stage.max_crash_retries
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise PlanError(f"{stage.where}: max_crash_retries must be an int >= 0, got {retries!r}")
-    timeout = stage.timeout_s
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-    ):
-        raise PlanError(f"{stage.where}: timeout_s must be a number > 0 or None, got {timeout!r}")
 
 
 def _check_batch_size(stage: Expand | MapBatches) -> None:
@@ -332,12 +328,8 @@ class Reduce(Stage):
 
     on_child_failure: OnChildFailure = "fail"
 
-    def check(self) -> None:  # noqa: D102 - see Stage.check
-        _one_of(self.where, "on_error", self.on_error, ON_ERROR)
-        _check_faults(self)
-        _one_of(self.where, "on_child_failure", self.on_child_failure, ON_CHILD_FAILURE)
-        self.call.check(self.where)
-        self.compute.check(self.where, self.call)
+    def _check_fn(self) -> None:  # fn may be None (every child column becomes a list column)
+        _one_of(self.where, "on_child_failure", self.on_child_failure, get_args(OnChildFailure))
 
     def _options(self) -> list[str]:
         return [*self.compute.describe(), f"on_child_failure={self.on_child_failure}"]

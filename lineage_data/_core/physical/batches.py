@@ -52,8 +52,7 @@ class CutBatches:
         plan, rows = physical.plan, physical.source_block_rows
         steps = []
         for step in physical.steps:
-            batches = who_cuts(plan, step.index, rows)
             stage = plan.stages[step.index]
             size = stage.batch_size if isinstance(stage, Expand | MapBatches) else None
-            steps.append(replace(step, batches=batches, batch_size=size))
+            steps.append(replace(step, batches=who_cuts(plan, step.index, rows), batch_size=size))
         return replace(physical, steps=tuple(steps))

@@ -19,7 +19,6 @@ class Rule(Protocol):
 
     def apply(self, physical: PhysicalPlan) -> PhysicalPlan:
         """The plan with this rule's decision made."""
-        ...
 
 
 # Each rule reads only what the rules before it set: the runner first (folding and batching read

@@ -42,8 +42,7 @@ def batches_in_flight(stage: AnyStage) -> int:
         or not isinstance(stage, MapBatches | MapRows | Filter)
     ):
         return 1
-    call = inspect.getattr_static(stage.call.fn, "__call__", None)
-    is_async = inspect.iscoroutinefunction(call)
+    is_async = inspect.iscoroutinefunction(inspect.getattr_static(stage.call.fn, "__call__", None))
     return k if is_async or getattr(strategy, "enable_true_multi_threading", False) else 1
 
 

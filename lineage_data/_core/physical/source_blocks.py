@@ -26,8 +26,7 @@ def source_block_rows(plan: Plan, in_memory: Callable[[Any], int] | None = None)
     """
     restricted = plan.exclude or plan.only is not None or plan.limit is not None
     match plan.source:
-        case ItemsSource() as src:
-            roots = src.roots or ()
+        case ItemsSource(roots=roots):
             return items_per_block(len(plan.select(roots)) if restricted else len(roots))
         case RaySource() as src if not restricted and in_memory is not None:
             return in_memory(src.dataset)

@@ -35,7 +35,6 @@ class Barrier:
 
     stage_index: int
     cause: str
-    generation: int
 
 
 @dataclass(slots=True)
@@ -119,7 +118,7 @@ class Fences:
                 continue
             parent = self._parents[pid]
             barrier = parent.barrier
-            outcome = outcomes[i]
+            outcome, cause = outcomes[i], causes[i]
             earlier = batches is not None and pid in failed_in and batches[i] < failed_in[pid]
             if (
                 barrier is not None
@@ -128,9 +127,8 @@ class Fences:
                 and outcome != "FAILED"
                 and not earlier
             ):
-                suppressed[i] = barrier.cause
+                suppressed[i] = cause = barrier.cause
                 outcome = "SUPPRESSED"
-            cause = barrier.cause if i in suppressed and barrier is not None else causes[i]
             self._settle(parent, (stage_index, ordinal), (outcome, cause, generation))
         return CommitResult(verdicts, suppressed)
 
@@ -149,10 +147,7 @@ class Fences:
             if group[i] and verdicts[i] is not Verdict.STALE and pid[1] is not None:
                 parent = self._parents[pid]
                 if parent.barrier is None:
-                    self._generation += 1
-                    parent.barrier = Barrier(
-                        stage_index, causes[i] or "GroupFailure", self._generation
-                    )
+                    parent.barrier = Barrier(stage_index, causes[i] or "GroupFailure")
                     failed_in[pid] = batches[i] if batches is not None else 0
                 elif pid in failed_in and batches is not None:
                     failed_in[pid] = min(failed_in[pid], batches[i])

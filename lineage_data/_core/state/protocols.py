@@ -20,11 +20,9 @@ class RootRegistry(Protocol):
 
     def register_roots(self, roots: Sequence[str], block: str | None = None) -> None:
         """Record the roots of one source block (idempotent per block)."""
-        ...
 
     def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:
         """Roots registered after the first ``cursor`` ones, and the new cursor."""
-        ...
 
 
 class Fencing(Protocol):
@@ -32,7 +30,6 @@ class Fencing(Protocol):
 
     def handoff(self, stage_index: int, roots: Sequence[str], paths: Sequence[Path]) -> Handoff:
         """A batch is about to run: its generation and its barred positions."""
-        ...
 
     def commit(
         self,
@@ -49,11 +46,9 @@ class Fencing(Protocol):
         batches: Sequence[int] | None = None,
     ) -> CommitResult:
         """Results of one dispatch, fenced; its outcomes and ``counts`` are added to ``stage``'s."""
-        ...
 
     def release(self, roots: Sequence[str], parent_paths: Sequence[Path]) -> None:
         """Parents that were reduced: their fencing state goes."""
-        ...
 
 
 class Suspects(Protocol):
@@ -61,11 +56,9 @@ class Suspects(Protocol):
 
     def hung(self, stage: str, key: str) -> None:
         """The attempt on ``key`` now running timed out."""
-        ...
 
     def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` an earlier attempt crashed or hung on."""
-        ...
 
 
 class CrashJournal(Suspects, Protocol):
@@ -75,11 +68,9 @@ class CrashJournal(Suspects, Protocol):
         self, stage: str, key: str | None, ended: Sequence[str] = (), who: str | None = None
     ) -> tuple[int, int]:
         """A call on ``key`` begins, those on ``ended`` are through: ``(crashes, timeouts)``."""
-        ...
 
     def crashed_by(self, stage: str, key: str) -> list[str]:
         """The processes that died on ``key``, oldest first."""
-        ...
 
 
 class StageTypes(Protocol):
@@ -87,11 +78,9 @@ class StageTypes(Protocol):
 
     def establish_types(self, stage: str, types: dict[str, str]) -> dict[str, str]:
         """The established type of each column of ``types`` (first writer wins)."""
-        ...
 
     def note_columns(self, stage: str, names: Sequence[str]) -> None:
         """Columns the stage's rows showed with no decided type yet."""
-        ...
 
 
 class TypeRegistry(StageTypes, Protocol):
@@ -99,7 +88,6 @@ class TypeRegistry(StageTypes, Protocol):
 
     def established(self, stage: str) -> list[str]:
         """Every column the stage's rows have shown, first seen first."""
-        ...
 
 
 class Coordinator(RootRegistry, Fencing, CrashJournal, TypeRegistry, Protocol):
@@ -107,17 +95,14 @@ class Coordinator(RootRegistry, Fencing, CrashJournal, TypeRegistry, Protocol):
 
     def count(self, stage: str, counts: dict[str, int]) -> None:
         """Add per-outcome counts for a stage."""
-        ...
 
     def reduced(
         self, stage: str, roots: Sequence[str], parent_paths: Sequence[Path], counts: dict[str, int]
     ) -> None:
         """A reduce batch: release its parents, count their outcomes."""
-        ...
 
     def snapshot(self) -> dict:
         """Counts, columns, calls served, roots in flight and the epoch, as plain data."""
-        ...
 
 
 def _served(protocol: type) -> tuple[str, ...]:
@@ -139,11 +124,9 @@ class Journal(Suspects, Protocol):
 
     def attempt(self, stage: str, key: str | None, ended: Sequence[str] = ()) -> tuple[int, int]:
         """A call on ``key`` begins, those on ``ended`` are through: ``(crashes, timeouts)``."""
-        ...
 
     def why_crashed(self, stage: str, key: str) -> str | None:
         """Why the processes that ran ``key`` before died, when it can be told."""
-        ...
 
 
 class StageClient(Journal, StageTypes, Protocol):

@@ -29,17 +29,15 @@ class Roots:
         """
         self._unnamed += block is None
         key = block if block is not None else f"#{self._unnamed}"
-        if key in self._blocks or not len(roots):
-            self._blocks.add(key)
-            return
-        # the block is new, so a root registered before was registered by another block
-        _, known = self._roots.add_known(roots, all_new=True)
-        if known.any():
-            root = roots[int(known.argmax())]
-            root = root.as_py() if isinstance(root, pa.Scalar) else root
-            raise DuplicateRootError(
-                f"duplicate lineage root id {root!r}: source ids must be unique"
-            )
+        if key not in self._blocks and len(roots):
+            # the block is new, so a root registered before was registered by another block
+            _, known = self._roots.add_known(roots, all_new=True)
+            if known.any():
+                root = roots[int(known.argmax())]
+                root = root.as_py() if isinstance(root, pa.Scalar) else root
+                raise DuplicateRootError(
+                    f"duplicate lineage root id {root!r}: source ids must be unique"
+                )
         self._blocks.add(key)
 
     def root_ids_since(self, cursor: int) -> tuple[pa.StringArray, int]:
