@@ -121,7 +121,7 @@ class CoordinatorClient:
                 return channel.call(method, args, kwargs)
             except Unencodable:
                 pass  # a value the channel does not carry: this call goes over Ray
-            except (OSError, EOFError):  # ChannelError is an OSError
+            except OSError:  # a ChannelError (the client turns a hang-up into one too)
                 # the actor restarted or the connection broke: Ray waits for the actor to come back
                 self._forget(channel)
         return self.ray_call(method, *args, **kwargs)
