@@ -25,12 +25,14 @@ server and client in one process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import ssl
 import struct
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import answer_challenge, deliver_challenge
 from typing import Any
@@ -39,7 +41,7 @@ import msgpack
 import numpy as np
 import pyarrow as pa
 
-from lineage_data._core import errors
+from lineage_data import exceptions
 from lineage_data._core.state import METHODS, CommitResult, Handoff, Verdict
 
 # A frame names a call by its index in the coordinator's table; both ends of a run load the same one.
@@ -156,22 +158,13 @@ def _unpack(data: bytes) -> Any:
 _ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls
     for cls in (ValueError, TypeError, KeyError, AttributeError, IndexError)
-    + tuple(
-        c
-        for c in vars(errors).values()
-        if isinstance(c, type) and issubclass(c, errors.LineageError)
-    )
+    + tuple(getattr(exceptions, name) for name in exceptions.__all__)
 }
 
 
 def _error(name: str, message: str) -> Exception:
     cls = _ERRORS.get(name)
-    if cls is not None:
-        try:
-            return cls(message)
-        except TypeError:
-            pass
-    return RuntimeError(f"{name}: {message}")
+    return cls(message) if cls is not None else RuntimeError(f"{name}: {message}")
 
 
 # -- frames --------------------------------------------------------------------------------------
@@ -224,11 +217,9 @@ class Frames:
 
     def close(self) -> None:
         """Hang up."""
-        try:
+        with contextlib.suppress(OSError):
             self._file.close()
             self.sock.close()
-        except OSError:
-            pass
 
 
 def _authenticate(frames: Any, secret: bytes, server: bool) -> None:
@@ -248,25 +239,22 @@ def _authenticate(frames: Any, secret: bytes, server: bool) -> None:
 # -- server --------------------------------------------------------------------------------------
 
 
+@dataclass
 class _Bridge:
     """A server connection as the blocking challenge functions see it from a worker thread."""
 
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self._reader, self._writer, self._loop = reader, writer, loop
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    loop: asyncio.AbstractEventLoop
 
     def send_bytes(self, data: bytes) -> None:
-        self._wait(_write(self._writer, _LENGTH.pack(len(data)) + data))
+        self._wait(_write(self.writer, _LENGTH.pack(len(data)) + data))
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
-        return self._wait(_read(self._reader, maxlength))
+        return self._wait(_read(self.reader, maxlength))
 
     def _wait(self, step: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(step, self._loop).result(_HANDSHAKE_S)
+        return asyncio.run_coroutine_threadsafe(step, self.loop).result(_HANDSHAKE_S)
 
 
 async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -316,23 +304,13 @@ class ChannelServer:
             self._server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        # No TCP_NODELAY to set: asyncio sets it on every TCP transport.
         try:
             bridge = _Bridge(reader, writer, asyncio.get_running_loop())
             challenge = asyncio.to_thread(_authenticate, bridge, self._secret, True)
             await asyncio.wait_for(challenge, _HANDSHAKE_S)
-        except Exception:  # noqa: BLE001 - a failed or unanswered challenge: refuse the connection
-            self.refused += 1
-            writer.close()
-            return
-        try:
             await self._calls(reader, writer)
-        except Exception:  # noqa: BLE001 - a bad frame: refuse the connection, and only it
+        except Exception:  # noqa: BLE001 - a failed challenge or a bad frame: refuse this connection
             self.refused += 1
         finally:
             writer.close()
@@ -342,9 +320,9 @@ class ChannelServer:
         while True:
             try:
                 frame = await _read(reader, MAX_FRAME + 1)
-            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError) as exc:
-                if isinstance(exc, ChannelError):
-                    raise  # oversized
+            except ChannelError:
+                raise  # oversized
+            except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
                 return  # the client hung up
             if not frame or frame[0] >= len(METHODS):
                 raise ChannelError("no such method")
@@ -391,13 +369,13 @@ class ChannelClient:
             # ValueError: an HMAC digest this Python's build refuses (MD5 under FIPS).
             sock.close()
             raise ChannelError(f"the coordinator channel refused the connection: {exc}") from exc
-        self._sock = sock
         self._lock = threading.Lock()
 
     @property
     def tls_version(self) -> str | None:
         """The TLS version of the connection, None when it is plain TCP."""
-        return self._sock.version() if isinstance(self._sock, ssl.SSLSocket) else None
+        sock = self._frames.sock
+        return sock.version() if isinstance(sock, ssl.SSLSocket) else None
 
     def call(self, method: str, args: tuple | list, kwargs: dict) -> Any:
         """Apply ``method`` on the server and return its answer."""

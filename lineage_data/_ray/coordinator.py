@@ -41,7 +41,7 @@ class CoordinatorActor:
         self._state = LineageState(columns)
         self._secret = secrets.token_bytes(32)
         self._server: ChannelServer | None = None
-        self._address: tuple[str, int] | None = None
+        self._channel: tuple[str, int, bytes, bool] | None = None
 
     async def ping(self) -> int:
         """Liveness check; returns the state's epoch."""
@@ -56,18 +56,16 @@ class CoordinatorActor:
 
         None when there is none (turned off, TLS certificates unloadable, no socket): calls use Ray.
         """
-        if self._address is None:
-            if not socket_enabled():
-                return None
+        if self._channel is None and socket_enabled():
             try:
                 context = tls_context(server=True) if ray_uses_tls() else None
                 server = ChannelServer(self._secret, self._apply, context)
-                self._address = await server.start(ray.util.get_node_ip_address())
+                host, port = await server.start(ray.util.get_node_ip_address())
             except (OSError, KeyError):  # ssl.SSLError is an OSError
                 return None
             self._server = server
-        assert self._server is not None
-        return (*self._address, self._secret, self._server.tls)
+            self._channel = (host, port, self._secret, server.tls)
+        return self._channel
 
     def _apply(self, method: str, args: Sequence, kwargs: dict) -> Any:
         if method not in METHODS:
@@ -123,7 +121,7 @@ class CoordinatorClient:
                 return channel.call(method, args, kwargs)
             except Unencodable:
                 pass  # a value the channel does not carry: this call goes over Ray
-            except (OSError, EOFError):  # ChannelError is an OSError
+            except OSError:  # a ChannelError (the client turns a hang-up into one too)
                 # the actor restarted or the connection broke: Ray waits for the actor to come back
                 self._forget(channel)
         return self.ray_call(method, *args, **kwargs)
@@ -135,9 +133,8 @@ class CoordinatorClient:
     def _channel(self) -> ChannelClient | None:
         if not socket_enabled():
             return None
-        name = self.helper.name
         with _channels_lock:
-            known = _channels.get(name)
+            known = _channels.get(self.name)
         if isinstance(known, ChannelClient):
             return known
         if known is not None and time.monotonic() - known < _RETRY_CHANNEL_S:
@@ -149,19 +146,19 @@ class CoordinatorClient:
         except (OSError, KeyError, ray.exceptions.RayError):
             channel = time.monotonic()
         with _channels_lock:
-            current = _channels.get(name)
+            current = _channels.get(self.name)
             if isinstance(current, ChannelClient):  # another thread connected meanwhile
                 if isinstance(channel, ChannelClient):
                     channel.close()
                 return current
-            _channels[name] = channel
+            _channels[self.name] = channel
         return channel if isinstance(channel, ChannelClient) else None
 
     def _forget(self, channel: ChannelClient) -> None:
         channel.close()
         with _channels_lock:
-            if _channels.get(self.helper.name) is channel:
-                del _channels[self.helper.name]
+            if _channels.get(self.name) is channel:
+                del _channels[self.name]
 
     if TYPE_CHECKING:  # the calls of the table, generated below (see _forwarded)
 

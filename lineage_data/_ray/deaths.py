@@ -38,9 +38,7 @@ def why_died(workers: Sequence[str]) -> str | None:
     except Exception:  # noqa: BLE001 - a cause is a courtesy: never fail the input over it
         oom = set()
     for worker in reversed(workers):
-        if worker in oom:
-            return _OUT_OF_MEMORY
-        said = _last_words(worker)
+        said = _OUT_OF_MEMORY if worker in oom else _last_words(worker)
         if said is not None:
             return said
     return None

@@ -43,13 +43,13 @@ class _Progress(threading.Thread):
         self._last = ""
 
     def run(self) -> None:
-        lines = _LogLinesAboveBars() if self._terminal else None
+        undo = _log_lines_above_bars() if self._terminal else None
         try:
             while not self._halt.wait(self._interval):
                 self._draw()
         finally:
-            if lines is not None:
-                lines.close()
+            if undo is not None:
+                undo()
 
     def _draw(self, last: bool = False) -> None:
         p = self._progress()
@@ -65,9 +65,8 @@ class _Progress(threading.Thread):
         line = f"{text}{_pace(p, elapsed)} ({elapsed:.0f} s)"
         if self._terminal:  # a wrapped line would leave its tail among Ray's bars (a narrow pane)
             line = line[: max(20, shutil.get_terminal_size().columns - 1)]
-        line += "\n"
         with _bars_hidden() if self._terminal else contextlib.nullcontext():
-            sys.stderr.write(line)  # one write of a whole line: no other writer can join it
+            sys.stderr.write(line + "\n")  # one write of a whole line: no other writer can join it
             sys.stderr.flush()
 
     def stop(self) -> None:
@@ -95,23 +94,21 @@ def _pace(p: dict[str, int], elapsed: float) -> str:
     return f", {rate:.2g}/s{eta}"
 
 
-class _LogLinesAboveBars:
-    """Until :meth:`close`, Ray's log lines on the terminal are printed above the bars.
+def _log_lines_above_bars() -> Callable[[], None]:
+    """Until the undo it returns, Ray's log lines on the terminal are printed above the bars.
 
     Ray's console handlers write straight to the stream, over the bars; each one's ``emit`` steps
     the bars aside (as Ray does for ``print`` only).
     """
 
-    def __init__(self) -> None:
-        self.close = wrap_ray_console_emit(self._aside)
-
-    @staticmethod
-    def _aside(emit: Callable[[logging.LogRecord], None]) -> Callable[[logging.LogRecord], None]:
-        def aside(record: logging.LogRecord) -> None:
+    def aside(emit: Callable[[logging.LogRecord], None]) -> Callable[[logging.LogRecord], None]:
+        def hidden(record: logging.LogRecord) -> None:
             with _bars_hidden():
                 emit(record)
 
-        return aside
+        return hidden
+
+    return wrap_ray_console_emit(aside)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ process already talks to, with a put that never overwrites.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -110,10 +111,8 @@ class _NodeJournal:
                 # (as AttemptJournal counts ends): see lineage_data._core.guard.born
                 mine = self._mine.pop((stage, name), None) or self._left_behind(stage, name)[:1]
                 for path in mine:
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
-                    except FileNotFoundError:
-                        pass
             if key is None:
                 return 0, 0
             directory = self._dir(stage, key)
@@ -129,16 +128,16 @@ class _NodeJournal:
             self._mine.setdefault((stage, key), []).append(path)
             return crashes, timeouts
 
-    def _left_behind(self, stage: str, key: str) -> list[str]:
-        directory = self._dir(stage, key)
+    def _entries(self, stage: str, key: str) -> list[str]:
+        """The files of ``key``'s directory, sorted (none before its first attempt)."""
         try:
-            return [
-                os.path.join(directory, e)
-                for e in sorted(os.listdir(directory))
-                if e.startswith("a-")
-            ]
+            return sorted(os.listdir(self._dir(stage, key)))
         except FileNotFoundError:
             return []
+
+    def _left_behind(self, stage: str, key: str) -> list[str]:
+        directory = self._dir(stage, key)
+        return [os.path.join(directory, e) for e in self._entries(stage, key) if e.startswith("a-")]
 
     def suspects(self, stage: str, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` with an attempt left behind (crashed) or a timeout, on this node."""
@@ -146,10 +145,7 @@ class _NodeJournal:
             mine = {os.path.basename(p) for paths in self._mine.values() for p in paths}
         out = []
         for key in keys:
-            try:
-                entries = os.listdir(self._dir(stage, key))
-            except FileNotFoundError:
-                continue
+            entries = self._entries(stage, key)
             if any(e.startswith("t-") or (e.startswith("a-") and e not in mine) for e in entries):
                 out.append(key)
         return out
@@ -158,13 +154,8 @@ class _NodeJournal:
         """The Ray workers whose attempts on ``key`` never ended (not this process's own)."""
         with self._lock:
             mine = {os.path.basename(p) for p in self._mine.get((stage, key), [])}
-            try:
-                entries = os.listdir(self._dir(stage, key))
-            except FileNotFoundError:
-                return []
-        return [
-            e.rsplit("-", 1)[1] for e in sorted(entries) if e.startswith("a-") and e not in mine
-        ]
+            entries = self._entries(stage, key)
+        return [e.rsplit("-", 1)[1] for e in entries if e.startswith("a-") and e not in mine]
 
     def hung(self, stage: str, key: str) -> None:
         directory = self._dir(stage, key)

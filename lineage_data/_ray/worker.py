@@ -7,16 +7,12 @@ holding Python's lock is ended by faulthandler's C-level timer, the backstop.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import os
-from typing import NoReturn
 
 from lineage_data._core.guard import Watchdog
 
 TIMEOUT_EXIT_CODE = 124  # the exit status of a process ended by the watchdog (as timeout(1))
-
-
-def _end() -> NoReturn:
-    os._exit(TIMEOUT_EXIT_CODE)
 
 
 def _backstop(seconds: float | None) -> None:
@@ -27,4 +23,4 @@ def _backstop(seconds: float | None) -> None:
         faulthandler.dump_traceback_later(seconds, exit=True)
 
 
-WATCHDOG = Watchdog(end=_end, backstop=_backstop)
+WATCHDOG = Watchdog(end=functools.partial(os._exit, TIMEOUT_EXIT_CODE), backstop=_backstop)

@@ -61,7 +61,7 @@ def test_ray_log_lines_go_above_the_bars_while_the_lineage_bar_is_drawn(monkeypa
     import tqdm
     from ray.data import DataContext
 
-    from lineage_data._ray.progress import _LogLinesAboveBars
+    from lineage_data._ray.progress import _log_lines_above_bars
 
     terminal = io.StringIO()
     monkeypatch.setattr(sys, "stderr", terminal)
@@ -73,9 +73,9 @@ def test_ray_log_lines_go_above_the_bars_while_the_lineage_bar_is_drawn(monkeypa
     try:
         bar.update(1)
         logger.warning("before")  # as Ray wrote it: glued to the bar's line
-        lines = _LogLinesAboveBars()
+        undo = _log_lines_above_bars()
         logger.warning("while drawn")
-        lines.close()
+        undo()
         assert "emit" not in vars(handler)  # the handler's own emit again
         logger.warning("after")
     finally:
