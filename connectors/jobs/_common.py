@@ -202,6 +202,5 @@ def summary(result: Any, output: str, *, unit: str, argv: Sequence[str]) -> str:
     shards = output.rstrip("/")
     lines.append(f"shards: {shards} ({len(result.shards)} new, {result.rows} rows)")
     lines.append(f"dead letters: {shards}/_dead_letter ({result.dead_letter_rows} new)")
-    command = " ".join(shlex.quote(a) for a in ["lineage-data", *argv])
-    lines.append(f"resume or rerun: {command}")
+    lines.append(f"resume or rerun: {shlex.join(['lineage-data', *argv])}")
     return "\n".join(lines)
