@@ -149,8 +149,7 @@ def roll_forward(
         for f in todo
     ]
     if dataset is None:
-        schema = load_schema(fs, path)
-        operation: Any = lance.LanceOperation.Overwrite(schema, fragments)
+        operation: Any = lance.LanceOperation.Overwrite(load_schema(fs, path), fragments)
         lance.LanceDataset.commit(path, operation)
     else:
         operation = lance.LanceOperation.Append(fragments)

@@ -88,8 +88,7 @@ class ManifestEntry:
 
     def to_json(self) -> builtins.bytes:  # the field ``bytes`` shadows the type in this class
         """The entry as UTF-8 JSON."""
-        raw = {**asdict(self), "roots": list(self.roots)}
-        return json.dumps(raw, separators=(",", ":")).encode()
+        return json.dumps(asdict(self), separators=(",", ":")).encode()  # roots: a JSON array
 
     @classmethod
     def from_json(cls, data: builtins.bytes | str) -> ManifestEntry:
@@ -217,8 +216,7 @@ def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None 
     tables: list[pa.Table] = []
     seen: set[str] = set()
     for entry, table in zip(entries, read, strict=True):
-        again = seen.intersection(entry.roots)
-        if again:
+        if again := seen.intersection(entry.roots):
             table = table.filter(pc.invert(pc.is_in(table[ROOT], pa.array(sorted(again)))))
         seen.update(entry.roots)
         tables.append(table)

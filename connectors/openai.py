@@ -222,7 +222,6 @@ class OpenAIChatStage:
         return {row: task.result() for row, task in tasks.items()}
 
     async def _send(self, body: bytes) -> _prompt.Answer:
-        """One row's request with its retries."""
         assert self._gate is not None
         for attempt in range(self._max_retries + 1):
             async with self._gate:

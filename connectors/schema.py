@@ -40,8 +40,7 @@ def _untyped(kind: pa.DataType) -> bool:
 
 def conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
     """``table`` with exactly ``schema``'s columns, order and types, or a :class:`ShardError`."""
-    extra = [n for n in table.column_names if n not in schema.names]
-    if extra:
+    if extra := [n for n in table.column_names if n not in schema.names]:
         raise ShardError(
             f"shards at {path}: the rows have columns {extra} that the dataset's schema "
             f"({', '.join(schema.names)}) does not: add them to write_shards(schema=...) or "

@@ -146,7 +146,6 @@ class VllmStage:
     def _row_prompt(
         self, columns: dict[str, list[Any]], row: int
     ) -> dict[str, Any] | RecordFailure:
-        """The prompt dict of one row, or the reason it cannot be built."""
         text = _prompt.prompt_text("VllmStage", self._template, self._fields, columns, row)
         if isinstance(text, RecordFailure):
             return text

@@ -81,8 +81,7 @@ def require(extra: str, modules: Sequence[str]) -> None:
 
     Checked before Ray starts: a missing package found in a Ray worker is a page of tracebacks.
     """
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
+    if missing := [m for m in modules if importlib.util.find_spec(m) is None]:
         raise SystemExit(
             f"lineage-data: this job needs {', '.join(missing)}: "
             f"pip install 'lineage-data[{extra}]'"
