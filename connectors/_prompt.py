@@ -73,15 +73,9 @@ def batch_columns(
 
 def requests(num_rows: int, build: Callable[[int], Any]) -> tuple[list[Any], dict[int, Any]]:
     """Per row its ``RecordFailure`` or None, and the request ``build(row)`` of every other row."""
-    values: list[Any] = [None] * num_rows
-    built: dict[int, Any] = {}
-    for row in range(num_rows):
-        request = build(row)
-        if isinstance(request, RecordFailure):
-            values[row] = request
-        else:
-            built[row] = request
-    return values, built
+    built = [build(row) for row in range(num_rows)]
+    failures = [r if isinstance(r, RecordFailure) else None for r in built]
+    return failures, {row: r for row, r in enumerate(built) if not isinstance(r, RecordFailure)}
 
 
 def output_columns(

@@ -61,13 +61,6 @@ class LanceStaging(ShardFile):
         self._writer.write_table(table, max_chunksize=row_group_rows)
 
 
-def check(fs: Any, path: str) -> None:
-    """Refuse what this format cannot do (before anything runs)."""
-    if not is_local(fs):
-        raise ShardError(f"format='lance' writes to a local directory, not {path}")
-    _lance()
-
-
 def write_fragment(fs: Any, path: str, staged: str) -> tuple[str, int]:
     """Turn the staged rows into one uncommitted Lance fragment; its data file and size.
 
@@ -127,10 +120,8 @@ def _files(dataset: Any) -> set[str]:
 
 def _every_version(dataset: Any) -> set[str]:
     """The data files any Lance version still on disk lists."""
-    found: set[str] = set()
-    for version in dataset.versions():
-        found |= _files(dataset.checkout_version(version["version"]))
-    return found
+    versions = (dataset.checkout_version(v["version"]) for v in dataset.versions())
+    return set[str]().union(*map(_files, versions))
 
 
 def roll_forward(
@@ -158,8 +149,7 @@ def roll_forward(
         for f in todo
     ]
     if dataset is None:
-        schema = load_schema(fs, path)
-        operation: Any = lance.LanceOperation.Overwrite(schema, fragments)
+        operation: Any = lance.LanceOperation.Overwrite(load_schema(fs, path), fragments)
         lance.LanceDataset.commit(path, operation)
     else:
         operation = lance.LanceOperation.Append(fragments)
@@ -199,7 +189,9 @@ def committer(fs: Any, path: str, interval_s: float = _COMMIT_EVERY_S) -> Iterat
 
     The one Lance committer of a :func:`~lineage_data.connectors.shards.write_shards` call.
     """
-    check(fs, path)
+    if not is_local(fs):  # refused before anything runs
+        raise ShardError(f"format='lance' writes to a local directory, not {path}")
+    _lance()
     reconcile(fs, path)
     stop = threading.Event()
     known: set[str] = set()

@@ -13,6 +13,7 @@ import builtins
 import contextlib
 import hashlib
 import json
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -87,8 +88,7 @@ class ManifestEntry:
 
     def to_json(self) -> builtins.bytes:  # the field ``bytes`` shadows the type in this class
         """The entry as UTF-8 JSON."""
-        raw = {**asdict(self), "roots": list(self.roots)}
-        return json.dumps(raw, separators=(",", ":")).encode()
+        return json.dumps(asdict(self), separators=(",", ":")).encode()  # roots: a JSON array
 
     @classmethod
     def from_json(cls, data: builtins.bytes | str) -> ManifestEntry:
@@ -143,6 +143,17 @@ def is_local(fs: Any) -> bool:
 def join_path(*parts: str) -> str:
     """``parts`` joined by single slashes (the first keeps its leading slash or protocol)."""
     return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts) if p)
+
+
+def put_atomic(fs: Any, path: str, data: bytes) -> None:
+    """Write ``data`` so readers see all of it or nothing (PUT on object stores, rename on disk)."""
+    if not is_local(fs):
+        fs.pipe_file(path, data)
+        return
+    parent, _, name = path.rpartition("/")
+    tmp = join_path(parent, f".tmp-{uuid.uuid4().hex}-{name}")
+    fs.pipe_file(tmp, data)
+    fs.mv(tmp, path)
 
 
 def concat_tables(tables: list[pa.Table]) -> pa.Table:
@@ -205,8 +216,7 @@ def read_shards(path: str, *, filesystem: Any = None, columns: list[str] | None 
     tables: list[pa.Table] = []
     seen: set[str] = set()
     for entry, table in zip(entries, read, strict=True):
-        again = seen.intersection(entry.roots)
-        if again:
+        if again := seen.intersection(entry.roots):
             table = table.filter(pc.invert(pc.is_in(table[ROOT], pa.array(sorted(again)))))
         seen.update(entry.roots)
         tables.append(table)
@@ -224,7 +234,7 @@ def read_dead_letter(path: str, *, filesystem: Any = None) -> pa.Table:
     with _storage(path, filesystem) as (fs, root):
         manifest = load_manifest(fs, root)
         tables = _read_files(fs, root, manifest.dead_letters, None)
-    superseded = set(manifest.present_roots)
+    superseded = manifest.present_roots
     kept = []
     for table in reversed(tables):  # newest first: an older row of the same root is superseded
         roots = table["root"].to_pylist()
@@ -242,7 +252,8 @@ def remove_orphans(path: str, *, filesystem: Any = None) -> list[str]:
     Only while no writer runs on ``path``: the files of a running writer are not committed yet.
     """
     with _storage(path, filesystem) as (fs, root):
-        listed = {join_path(root, e.file) for e in load_manifest(fs, root).entries}
+        entries = load_manifest(fs, root).entries
+        listed = {fs._strip_protocol(join_path(root, e.file)) for e in entries}
         fs.invalidate_cache(root)
         patterns = (
             "part-*",
@@ -251,7 +262,6 @@ def remove_orphans(path: str, *, filesystem: Any = None) -> list[str]:
             f"{STAGING_DIR}/part-*",
         )
         candidates = [p for pattern in patterns for p in fs.glob(join_path(root, pattern))]
-        listed = {fs._strip_protocol(p) for p in listed}
         orphans = [p for p in candidates if fs._strip_protocol(p) not in listed]
         for p in orphans:
             fs.rm(p)

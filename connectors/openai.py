@@ -101,8 +101,8 @@ class OpenAIChatStage:
     ) -> None:
         if max_concurrency < 1 or max_retries < 0:
             raise ValueError("max_concurrency must be >= 1 and max_retries >= 0")
-        media = (image_column, frames_column)
-        self._fields = _prompt.checked_fields(prompt_template, output_column, media)
+        self._media = [c for c in (image_column, frames_column) if c is not None]
+        self._fields = _prompt.checked_fields(prompt_template, output_column, self._media)
         self._template = prompt_template
         self._system = system_prompt
         self._image_column, self._frames_column = image_column, frames_column
@@ -114,17 +114,16 @@ class OpenAIChatStage:
             raise ValueError(f"keep_columns {clash} clash with the output columns")
         self._body = {"model": model, **dict(sampling_params or {})}
         self._url = base_url.rstrip("/") + "/chat/completions"
+        self.endpoint = _without_credentials(self._url)
         if urlsplit(self._url).password is not None:
             raise ValueError(
-                f"base_url {_without_credentials(self._url)!r} holds credentials: pass the key as "
+                f"base_url {self.endpoint!r} holds credentials: pass the key as "
                 "api_key or in the api_key_env environment variable"
             )
-        self.endpoint = _without_credentials(self._url)
-        key = api_key if api_key is not None else os.environ.get(api_key_env)
-        self._secrets = [key] if key else []
+        self._key = api_key if api_key is not None else os.environ.get(api_key_env)
         self._headers = {"Content-Type": "application/json"}
-        if key:
-            self._headers["Authorization"] = f"Bearer {key}"
+        if self._key:
+            self._headers["Authorization"] = f"Bearer {self._key}"
         self._max_concurrency, self._max_retries = max_concurrency, max_retries
         self._backoff_s, self._max_backoff_s = backoff_s, max_backoff_s
         self._timeouts = (request_timeout_s, connect_timeout_s)
@@ -147,8 +146,7 @@ class OpenAIChatStage:
             StageFailedError: The server cannot be reached, or refuses the key or the path.
             ValueError: The batch lacks a column the stage is configured to read.
         """
-        wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
-        wanted |= self._fields | set(self._keep)
+        wanted = {*self._media, *self._fields, *self._keep}
         columns, num_rows = _prompt.batch_columns(batch, wanted, "OpenAIChatStage")
         values, bodies = _prompt.requests(num_rows, lambda row: self._request(columns, row))
         answers: dict[int, _prompt.Answer] = {}
@@ -162,8 +160,7 @@ class OpenAIChatStage:
 
     def run(self, batch: pa.Table | Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
         """:meth:`__call__`, blocking (for a caller without an event loop)."""
-        result: dict[str, list[Any]] = asyncio.run(self(batch))
-        return result
+        return asyncio.run(self(batch))
 
     def _request(self, columns: dict[str, list[Any]], row: int) -> bytes | RecordFailure:
         """The JSON body of one row's request, or why it cannot be built."""
@@ -225,36 +222,28 @@ class OpenAIChatStage:
         return {row: task.result() for row, task in tasks.items()}
 
     async def _send(self, body: bytes) -> _prompt.Answer:
-        """One row's request with its retries."""
         assert self._gate is not None
-        cause = "no attempt was made"
         for attempt in range(self._max_retries + 1):
             async with self._gate:
                 result = await self._attempt(body)
+            last = attempt == self._max_retries
             match result:
                 case ("done", value, usage):
                     return value, usage.get("prompt_tokens"), usage.get("completion_tokens")
                 case ("failed", why):
                     return RecordFailure(f"OpenAIChatStage: {self._redact(why)}"), None, None
-                case ("retry", why, retry_after):
-                    cause = why
-                    if attempt == self._max_retries:
-                        break
+                case ("retry", why, _) if last:
+                    why = f"{self._redact(why)} after {attempt + 1} attempts"
+                    return RecordFailure(f"OpenAIChatStage: {why}"), None, None
+                case ("unreachable", why) if last:
+                    raise StageFailedError(
+                        f"cannot reach the model server at {self.endpoint} ({self._redact(why)})"
+                    )
+                case ("retry", _, retry_after):
                     await self._back_off(attempt, retry_after)
-                case ("unreachable", why):
-                    cause = why
-                    if attempt == self._max_retries:
-                        raise StageFailedError(
-                            f"cannot reach the model server at {self.endpoint} "
-                            f"({self._redact(why)})"
-                        )
+                case ("unreachable", _):
                     await self._back_off(attempt, None)
-        attempts = self._max_retries + 1
-        return (
-            RecordFailure(f"OpenAIChatStage: {self._redact(cause)} after {attempts} attempts"),
-            None,
-            None,
-        )
+        raise AssertionError("the last attempt returns or raises")
 
     async def _back_off(self, attempt: int, retry_after: float | None) -> None:
         """Exponential backoff with jitter (half to all of it), at least ``Retry-After``."""
@@ -289,9 +278,7 @@ class OpenAIChatStage:
             return "retry", f"no answer in {self._timeouts[0]:g} s", None
 
     def _redact(self, message: str) -> str:
-        for secret in self._secrets:
-            message = message.replace(secret, "***")
-        return message
+        return message.replace(self._key, "***") if self._key else message
 
 
 def _stop(loop: asyncio.AbstractEventLoop, sessions: list[Any]) -> None:

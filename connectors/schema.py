@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from lineage_data._core import columns as C
-from lineage_data.connectors.manifest import ShardError, join_path
+from lineage_data.connectors.manifest import ShardError, join_path, put_atomic
 
 SCHEMA_FILE = "_schema.json"
 _FIRST = (C.ROOT, C.MISSING)  # the lineage columns a shard keeps, first in every shard
@@ -27,24 +27,20 @@ _FIRST = (C.ROOT, C.MISSING)  # the lineage columns a shard keeps, first in ever
 def canonical(table: pa.Table) -> pa.Table:
     """``table`` with the lineage columns first, then the others in their order."""
     first = [n for n in _FIRST if n in table.column_names]
-    rest = [n for n in table.column_names if n not in _FIRST]
-    order = first + rest
+    order = first + [n for n in table.column_names if n not in _FIRST]
     return table if order == table.column_names else table.select(order)
 
 
 def _untyped(kind: pa.DataType) -> bool:
     """No type known yet: all nulls, or lists (of lists ...) that held nothing."""
-    if pa.types.is_null(kind):
-        return True
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return _untyped(kind.value_type)
-    return False
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        kind = kind.value_type
+    return pa.types.is_null(kind)
 
 
 def conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
     """``table`` with exactly ``schema``'s columns, order and types, or a :class:`ShardError`."""
-    extra = [n for n in table.column_names if n not in schema.names]
-    if extra:
+    if extra := [n for n in table.column_names if n not in schema.names]:
         raise ShardError(
             f"shards at {path}: the rows have columns {extra} that the dataset's schema "
             f"({', '.join(schema.names)}) does not: add them to write_shards(schema=...) or "
@@ -96,10 +92,10 @@ def load(fs: Any, path: str) -> pa.Schema | None:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["arrow"])))
 
 
-def record(fs: Any, path: str, schema: pa.Schema, put: Any) -> None:
-    """Record ``schema`` at ``path`` (``put(fs, target, bytes)`` writes atomically)."""
+def record(fs: Any, path: str, schema: pa.Schema) -> None:
+    """Record ``schema`` at ``path``, atomically (read back by :func:`load`)."""
     raw = {
         "columns": [[f.name, str(f.type)] for f in schema],  # for people; the Arrow schema rules
         "arrow": base64.b64encode(schema.serialize().to_pybytes()).decode(),
     }
-    put(fs, join_path(path, SCHEMA_FILE), json.dumps(raw, indent=1).encode())
+    put_atomic(fs, join_path(path, SCHEMA_FILE), json.dumps(raw, indent=1).encode())

@@ -13,6 +13,7 @@ per path at a time. Rolling, resume and formats: ``docs/guide/shards.md``.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import json
@@ -45,6 +46,7 @@ from lineage_data.connectors.manifest import (
     is_local,
     join_path,
     load_manifest,
+    put_atomic,
     read_dead_letter,
     read_manifest,
     read_shards,
@@ -110,17 +112,6 @@ def _check_options(rows: int, max_bytes: int, row_group_rows: int | None, fmt: s
         raise ValueError("rows_per_shard, max_bytes_per_shard and row_group_rows must be positive")
     if fmt not in formats.FORMATS:
         raise ValueError(f"format must be one of {list(formats.FORMATS)}, got {fmt!r}")
-
-
-def _put_atomic(fs: Any, path: str, data: bytes) -> None:
-    """Write ``data`` so readers see all of it or nothing (PUT on object stores, rename on disk)."""
-    if not is_local(fs):
-        fs.pipe_file(path, data)
-        return
-    parent, _, name = path.rpartition("/")
-    tmp = join_path(parent, f".tmp-{uuid.uuid4().hex}-{name}")
-    fs.pipe_file(tmp, data)
-    fs.mv(tmp, path)
 
 
 class ShardWriter:
@@ -228,13 +219,12 @@ class ShardWriter:
     @staticmethod
     def _fitting(table: pa.Table, offset: int, most: int, room_bytes: int) -> int:
         """The most rows from ``offset`` (up to ``most``) whose Arrow size fits ``room_bytes``."""
-        if most <= 0 or table.slice(offset, most).nbytes <= room_bytes:
-            return max(most, 0)
-        lo, hi = 0, most  # lo rows fit, hi rows do not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if table.slice(offset, mid).nbytes <= room_bytes else (lo, mid)
-        return lo
+        if table.slice(offset, most).nbytes <= room_bytes:
+            return most
+        # bytes grow with rows: the largest k in 1..most-1 that fits, else 0
+        return bisect.bisect_right(
+            range(1, most), room_bytes, key=lambda k: table.slice(offset, k).nbytes
+        )
 
     def _dataset_schema(self, table: pa.Table) -> pa.Schema:
         """The directory's one schema (see :mod:`lineage_data.connectors.schema`), recorded by the first shard."""
@@ -242,7 +232,7 @@ class ShardWriter:
             self._schema = schema.load(self._fs, self._path)
             if self._schema is None:
                 self._schema = self._fixed or table.schema
-                schema.record(self._fs, self._path, self._schema, _put_atomic)
+                schema.record(self._fs, self._path, self._schema)
         if self._format == "lance":  # one schema per Lance dataset: the first shard's is final
             return self._schema
         grow = self._fixed is None
@@ -252,7 +242,7 @@ class ShardWriter:
             for other in (self._schema.empty_table(), table):
                 latest = schema.merged(latest, other, grow=grow) or latest
             self._schema = latest
-            schema.record(self._fs, self._path, latest, _put_atomic)
+            schema.record(self._fs, self._path, latest)
         return self._schema
 
     def _flush_row_group(self) -> None:
@@ -314,7 +304,7 @@ class ShardWriter:
         if self._fs.exists(target):  # a retried write task: these rows are committed already
             self._fs.rm(join_path(self._path, file))
             return
-        _put_atomic(self._fs, target, entry.to_json())
+        put_atomic(self._fs, target, entry.to_json())
         self.committed.append(entry)
 
     def close(self) -> list[ManifestEntry]:
@@ -368,7 +358,7 @@ def _save_report(fs: Any, root: str, run: LineageDataset, run_id: str) -> None:
     except LineageError:
         return  # the run failed before it produced a report
     fs.makedirs(join_path(root, REPORTS_DIR), exist_ok=True)
-    _put_atomic(
+    put_atomic(
         fs, join_path(root, REPORTS_DIR, f"{run_id}.json"), json.dumps(report.to_dict()).encode()
     )
 
@@ -489,11 +479,10 @@ def _result(
     with s3_errors(path, fs):
         mine = [e for e in load_manifest(fs, root).entries if e.run_id == run_id]
     shards = [e for e in mine if e.kind == SHARD]
-    dead = sum(e.rows for e in mine if e.kind == DEAD_LETTER)
     return ShardResult(
         tuple(e.file for e in shards),
         sum(e.rows for e in shards),
-        dead,
+        sum(e.rows for e in mine if e.kind == DEAD_LETTER),
         skipped,
         join_path(path, MANIFEST_DIR),
         run.report(),

@@ -102,8 +102,10 @@ class VllmStage:
     ) -> None:
         if frames_as not in ("image", "video"):
             raise ValueError(f"frames_as must be 'image' or 'video', got {frames_as!r}")
-        media = (image_column, frames_column)
-        self._fields = _prompt.checked_fields(prompt_template, output_column, media, text_columns)
+        self._media = [c for c in (image_column, frames_column) if c is not None]
+        self._fields = _prompt.checked_fields(
+            prompt_template, output_column, self._media, text_columns
+        )
         self._template = prompt_template
         self._image_column = image_column
         self._frames_column = frames_column
@@ -138,14 +140,12 @@ class VllmStage:
         self, batch: pa.Table | Mapping[str, Sequence[Any]]
     ) -> tuple[list[Any], dict[int, dict[str, Any]]]:
         """Per row its failure or None, and the prompt of every other row."""
-        wanted = {c for c in (self._image_column, self._frames_column) if c is not None}
-        columns, num_rows = _prompt.batch_columns(batch, wanted | self._fields, "VllmStage")
+        columns, num_rows = _prompt.batch_columns(batch, {*self._media, *self._fields}, "VllmStage")
         return _prompt.requests(num_rows, lambda row: self._row_prompt(columns, row))
 
     def _row_prompt(
         self, columns: dict[str, list[Any]], row: int
     ) -> dict[str, Any] | RecordFailure:
-        """The prompt dict of one row, or the reason it cannot be built."""
         text = _prompt.prompt_text("VllmStage", self._template, self._fields, columns, row)
         if isinstance(text, RecordFailure):
             return text
@@ -163,9 +163,8 @@ class VllmStage:
                 decoded.append(_decode_image(data))
             except Exception as exc:
                 return RecordFailure(f"VllmStage: {what} does not decode: {describe(exc)}")
-        media = [c for c in (self._image_column, self._frames_column) if c is not None]
-        if media and not decoded:
-            return RecordFailure(f"VllmStage: the row has no image in column(s) {media}")
+        if self._media and not decoded:
+            return RecordFailure(f"VllmStage: the row has no image in column(s) {self._media}")
         images = 0 if image is None else 1  # the image, then the frames
         return {"prompt": text, **self._multi_modal_data(decoded[:images], decoded[images:])}
 
@@ -221,8 +220,7 @@ class AsyncVllmStage(VllmStage):
     """
 
     def __init__(self, model: str, **kwargs: Any) -> None:
-        kwargs.setdefault("llm_factory", None)
-        if kwargs["llm_factory"] is None:
+        if kwargs.get("llm_factory") is None:
             kwargs["llm_factory"] = _async_engine
             if kwargs.get("sampling_params") is not None:
                 kwargs.setdefault("sampling_params_factory", _vllm_attribute("SamplingParams"))
@@ -279,8 +277,7 @@ def _check_alignment(prompts: list[dict[str, Any]], outputs: list[Any]) -> None:
         raise RuntimeError(
             f"VllmStage: the engine returned {len(outputs)} outputs for {len(prompts)} prompts"
         )
-    answered = [o for o in outputs if not isinstance(o, BaseException)]
-    ids = [getattr(o, "request_id", None) for o in answered]
+    ids = [getattr(o, "request_id", None) for o in outputs if not isinstance(o, BaseException)]
     if ids and None not in ids:
         if len(set(ids)) != len(ids):
             raise RuntimeError(f"VllmStage: the engine returned duplicate request ids {ids}")

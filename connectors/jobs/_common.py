@@ -81,8 +81,7 @@ def require(extra: str, modules: Sequence[str]) -> None:
 
     Checked before Ray starts: a missing package found in a Ray worker is a page of tracebacks.
     """
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
+    if missing := [m for m in modules if importlib.util.find_spec(m) is None]:
         raise SystemExit(
             f"lineage-data: this job needs {', '.join(missing)}: "
             f"pip install 'lineage-data[{extra}]'"
@@ -202,6 +201,5 @@ def summary(result: Any, output: str, *, unit: str, argv: Sequence[str]) -> str:
     shards = output.rstrip("/")
     lines.append(f"shards: {shards} ({len(result.shards)} new, {result.rows} rows)")
     lines.append(f"dead letters: {shards}/_dead_letter ({result.dead_letter_rows} new)")
-    command = " ".join(shlex.quote(a) for a in ["lineage-data", *argv])
-    lines.append(f"resume or rerun: {command}")
+    lines.append(f"resume or rerun: {shlex.join(['lineage-data', *argv])}")
     return "\n".join(lines)

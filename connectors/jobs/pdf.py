@@ -49,11 +49,7 @@ def build(
 ) -> ld.LineageDataset:
     """The lineage plan (nothing runs until it is consumed)."""
     docs = ld.read_files(input_path, filesystem=filesystem, file_extensions=["pdf"])
-    pool: dict[str, Any] = {
-        "concurrency": concurrency,
-        "num_gpus": num_gpus,
-        "batch_size": batch_size,
-    }
+    pool: dict[str, Any] = dict(concurrency=concurrency, num_gpus=num_gpus, batch_size=batch_size)
     if stage == "ocr":
         return build_ocr(docs, dpi=dpi or OCR_DPI, **pool)
     pages = docs.expand_lineage(
