@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -76,9 +76,8 @@ def detected_cpus() -> int:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
-class _DropAuthWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(AUTH_WARNING)
+def _not_auth_warning(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(AUTH_WARNING)
 
 
 @contextlib.contextmanager
@@ -88,12 +87,11 @@ def default_auth_warning_dropped() -> Iterator[None]:
     A parse of a Ray message (:data:`AUTH_LOGGER`, its text). Public: ``RAY_AUTH_MODE``, if set.
     """
     logger = logging.getLogger(AUTH_LOGGER)
-    drop = _DropAuthWarning()
-    logger.addFilter(drop)
+    logger.addFilter(_not_auth_warning)
     try:
         yield
     finally:
-        logger.removeFilter(drop)
+        logger.removeFilter(_not_auth_warning)
 
 
 # -- why a worker died (deaths.py) ---------------------------------------------------------------
@@ -255,7 +253,7 @@ def known_row_count(ds: Any) -> int | None:
     return rows if isinstance(rows, int) else None
 
 
-def output_blocks(ds: Any) -> Iterator[tuple[Any, int, int]]:
+def output_blocks(ds: Any) -> Generator[tuple[Any, int, int], None, None]:
     """Execute ``ds``: each output block as ``(object ref, rows, bytes)``, no row on the driver.
 
     Closing the iterator stops Ray Data's executor. Required: the DeveloperAPI
@@ -268,7 +266,7 @@ def output_blocks(ds: Any) -> Iterator[tuple[Any, int, int]]:
     return _blocks_of(bundles)
 
 
-def _blocks_of(bundles: Iterator[Any]) -> Iterator[tuple[Any, int, int]]:
+def _blocks_of(bundles: Iterator[Any]) -> Generator[tuple[Any, int, int], None, None]:
     try:
         for bundle in bundles:
             for entry in bundle.blocks:
@@ -429,18 +427,14 @@ def classify(exc: BaseException) -> Failure:
         isinstance(e, ray.exceptions.RayActorError) and e.actor_init_failed for e in (exc, cause)
     ):
         return Failure.CONSTRUCTOR
-    if isinstance(exc, (ray.exceptions.RayError, *_ray_data_errors())):
+    # Ray Data's errors outside ray.exceptions (imported here: only where a run failed)
+    from ray.data.exceptions import ExecutionTimeoutError, SystemException
+
+    if isinstance(exc, ray.exceptions.RayError | SystemException | ExecutionTimeoutError):
         return Failure.RAY
     # Ray raises a few errors outside both trees (internal ones of Ray Data, of ray.util): they
     # share no base class, only the package that defines them.
     return Failure.RAY if type(exc).__module__.startswith("ray.") else Failure.OTHER
-
-
-def _ray_data_errors() -> tuple[type, ...]:
-    """Ray Data's public errors outside ``ray.exceptions`` (imported only where a run failed)."""
-    from ray.data.exceptions import ExecutionTimeoutError, SystemException
-
-    return SystemException, ExecutionTimeoutError
 
 
 # "SomeError: message" as the last line of a Python traceback

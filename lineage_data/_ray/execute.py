@@ -78,9 +78,6 @@ class _Pass:
         self.dataset = lower(plan, self.client, self.holders, keep_parents=keep_parents)
         self.registered = 0  # cursor into the coordinator's root registry
         self.last: dict[str, Any] = {}  # the coordinator's snapshot at the end of the pass
-        self.counts: dict[str, dict[str, int]] = {}
-        self.columns: dict[str, list[str]] = {}
-        self.calls = 0
 
     def forget(self, roots: list[str]) -> None:
         """Tell every holder that ``roots`` reached the consumer (no wait)."""
@@ -95,9 +92,7 @@ class _Pass:
     def finish(self) -> None:
         """Keep the pass's counts (the coordinator is asked once, at the end)."""
         if self.coordinator is not None:
-            snapshot = self.last = self.coordinator.snapshot()
-            self.counts, self.calls = snapshot["counts"], snapshot["reports"]
-            self.columns = snapshot.get("columns", {})
+            self.last = self.coordinator.snapshot()
 
     def close(self) -> None:
         self._supervisor.unwatch(self.helpers)
@@ -153,8 +148,7 @@ class Execution:
 
     def _mirror_registry(self, current: _Pass) -> None:
         assert current.coordinator is not None  # a reduce: not a flat plan
-        roots, cursor = current.coordinator.root_ids_since(current.registered)
-        current.registered = cursor
+        roots, current.registered = current.coordinator.root_ids_since(current.registered)
         if len(roots):
             plan = self._plan
             if plan.exclude or plan.only is not None:
@@ -171,7 +165,7 @@ class Execution:
         p["in_flight_parents"] = led["in_flight_parents"]
         if self._writing is not None:  # what the ledger took in a write came back written
             p["written"] = done
-        current = self._writing if self._writing is not None else self._pass
+        current = self._writing or self._pass
         if current.coordinator is not None:
             self._coordinated_progress(p, current)
         if p["total"]:  # a retried task counts again in the coordinator: never past the roots
@@ -269,14 +263,13 @@ class Execution:
         try:
             for current in self._run_passes():
                 self._writing = current
-                progress = current.coordinator
                 action(
                     accounted(
                         current.dataset,
                         level,
                         self._account,
                         keep_lineage=keep_lineage,
-                        progress=progress,
+                        progress=current.coordinator,
                     )
                 )
             extra = self._driver_rows()
@@ -331,7 +324,7 @@ class Execution:
         """Every column each stage's rows showed in this run (all passes; see ``established``)."""
         out: dict[str, dict[str, None]] = {}
         for p in self._passes:
-            for stage, names in p.columns.items():
+            for stage, names in p.last.get("columns", {}).items():
                 out.setdefault(stage, {}).update(dict.fromkeys(names))
         return {stage: list(names) for stage, names in out.items()}
 
@@ -439,7 +432,7 @@ class Execution:
         terminal = self._ledger.terminal()
         counts: dict[str, dict[str, int]] = {}
         for p in self._passes:
-            for stage, c in p.counts.items():
+            for stage, c in p.last.get("counts", {}).items():
                 merged = counts.setdefault(stage, {})
                 for key, value in c.items():
                     merged[key] = merged.get(key, 0) + value
@@ -453,7 +446,7 @@ class Execution:
             {
                 "counts": counts,
                 "terminal": terminal,
-                "progress": {"reports": sum(p.calls for p in self._passes)},
+                "progress": {"reports": sum(p.last.get("reports", 0) for p in self._passes)},
             },
             kinds,
             time.time() - self._started,
@@ -492,7 +485,7 @@ def detached_dataset(plan: Plan) -> Any:
     init_ray()
     current = _Pass(plan, Supervisor(), ledger=False)
     helpers, client = list(current.helpers), current.client
-    state = {"runs": 0, "stopped": False}
+    state = {"stopped": False}  # (no lock: Ray pickles the callbacks with the DataContext)
 
     def stop() -> None:
         if not state["stopped"]:
@@ -500,7 +493,6 @@ def detached_dataset(plan: Plan) -> Any:
             stop_helpers(helpers, client)
 
     def before_execution_starts() -> None:
-        state["runs"] += 1
         if state["stopped"]:
             raise LineageError(
                 "a dataset from LineageDataset.to_ray() executes once (its lineage helpers are "
@@ -532,9 +524,9 @@ def _source_rows(plan: Plan) -> int:
     rows = compat.known_row_count(plan.source.dataset)
     if rows is None:
         return 0
-    if plan.limit is not None:
+    if plan.limit is not None:  # (limit >= 0: checked when the plan was built)
         rows = min(rows, plan.limit)
-    return max(0, min(rows, MAX_RESERVED_ROOTS))
+    return min(rows, MAX_RESERVED_ROOTS)
 
 
 def _known_roots(plan: Plan) -> list[str]:

@@ -29,7 +29,7 @@ from lineage_data._core.physical import source_blocks as physical_source
 from lineage_data._core.plan import FilesSource, ItemsSource, MaterializedSource, Plan, RaySource
 from lineage_data._core.source import column_ids, content_ids, ids_digest, with_lineage
 from lineage_data._core.stages import AnyStage, Expand
-from lineage_data._core.state import Journal, RootRegistry
+from lineage_data._core.state import Journal
 from lineage_data._core.terminal import TerminalOp
 from lineage_data._ray import compat
 from lineage_data._ray.coordinator import CoordinatorClient
@@ -77,7 +77,7 @@ class _Step:
         if not self.terminal:
             return op
         end = TerminalOp(self.plan.level, keep_parents=self.keep_parents)
-        if isinstance(self.plan.stages[self.index], Expand):
+        if isinstance(stage, Expand):
             return lambda batch: (end(block) for block in op(batch))
         return lambda batch: end(op(batch))
 
@@ -143,17 +143,13 @@ class _Shipped:
     def __init__(self, step: _Step) -> None:
         pickled = ray.cloudpickle.dumps(step)
         self.step: _Step | None = step if len(pickled) <= MAX_INLINE_STEP_BYTES else None
-        self.ref = ray.put(step) if self.step is None else None
+        self.ref: Any = ray.put(step) if self.step is None else None
         stages = step.plan.stages
         self.name = "->".join(stages[s.index].name for s in (step, *step.then))
         self.key = (step.client.name, step.index)
 
     def get(self) -> _Step:
-        if self.step is not None:
-            return self.step
-        assert self.ref is not None
-        step: _Step = ray.get(self.ref)
-        return step
+        return self.step if self.step is not None else ray.get(self.ref)
 
 
 def _actor_class(shipped: _Shipped, generator: bool, threads: int = 1) -> type:
@@ -271,30 +267,26 @@ def lower_stage(ds: ray.data.Dataset, step: _Step, shipped: _Shipped, planned: S
     else:
         fn = _task_fn(shipped, generator)
     batch_size = planned.batch_size if planned.batches is Batches.RAY else None
-    # Ray's public map_batches refuses GPUs without a batch size; Ray's own row verbs (map, filter,
-    # flat_map) go through map_batches_internal, which does not. map_batches checked it at plan time.
-    ds = ds.map_batches_internal(
-        fn,
-        batch_format="pyarrow",
-        batch_size=batch_size,
-        compute=compute,
-        zero_copy_batch=True,
-        **stage.compute.resources(),
-    )
+    ds = _map(ds, fn, stage, compute, batch_size)
     if generator:
         # Ray merges a task's yielded batches into one block; this split is fused into the same task
         # (no shuffle) and keeps children in small blocks so one huge parent spreads over many workers.
         ds = ds.repartition(target_num_rows_per_block=step.rows_per_block)
+    if planned.one_piece:  # each output block in one chunk a column, fused into the stage's tasks
+        ds = _map(ds, one_piece, stage, compute_strategy(stage))
     return ds
 
 
-def in_one_piece(ds: ray.data.Dataset, stage: AnyStage) -> ray.data.Dataset:
-    """``ds`` with each output block in one chunk a column, fused into ``stage``'s own tasks."""
+def _map(
+    ds: ray.data.Dataset, fn: Any, stage: AnyStage, compute: Any, batch_size: int | None = None
+) -> ray.data.Dataset:
+    # Ray's public map_batches refuses GPUs without a batch size; Ray's own row verbs (map, filter,
+    # flat_map) go through map_batches_internal, which does not. map_batches checked it at plan time.
     return ds.map_batches_internal(
-        one_piece,
+        fn,
         batch_format="pyarrow",
-        batch_size=None,
-        compute=compute_strategy(stage),
+        batch_size=batch_size,
+        compute=compute,
         zero_copy_batch=True,
         **stage.compute.resources(),
     )
@@ -307,8 +299,6 @@ _MAX_BYTES_PER_CHUNK = 256 * 1024
 
 def one_piece(table: pa.Table) -> pa.Table:
     """``table`` with each column in one chunk, where that is cheaper to ship than its chunks."""
-    if not table.num_columns:
-        return table
     chunks = sum(column.num_chunks for column in table.columns)
     if chunks <= table.num_columns or table.nbytes > _MAX_BYTES_PER_CHUNK * chunks:
         return table
@@ -334,10 +324,7 @@ def source_dataset(plan: Plan, client: Client) -> ray.data.Dataset:
                 FileDatasource(src.reader, files, files_per_task=src.files_per_task)
             )
         case RaySource() as src:
-            registry = (
-                client.for_stage("from_ray") if isinstance(client, CoordinatorClient) else None
-            )
-            return _ray_dataset(plan, src, registry)
+            return _ray_dataset(plan, src, client)
         case MaterializedSource() as src:
             return _materialized_dataset(plan, src)
     raise ValueError(f"unknown source {plan.source!r}")
@@ -361,18 +348,17 @@ def source_block_rows(plan: Plan) -> int:
 
 
 def _in_memory_block_rows(ds: ray.data.Dataset) -> int:
-    blocks = compat.in_memory_blocks(ds)
-    if blocks is None:
-        return 0
-    limit = ds.context.target_max_block_size
+    blocks = compat.in_memory_blocks(ds) or []
+    limit = ds.context.target_max_block_size or 2**62
     rows = [meta.num_rows for meta in blocks]
-    if not blocks or None in rows or any((m.size_bytes or 0) > (limit or 2**62) for m in blocks):
+    if not blocks or None in rows or any((m.size_bytes or 0) > limit for m in blocks):
         return 0
     return min(rows)
 
 
-def _ray_dataset(plan: Plan, src: RaySource, client: RootRegistry | None) -> ray.data.Dataset:
-    """The user's dataset with lineage columns; ``client`` None: tagged, not registered (flat plan)."""
+def _ray_dataset(plan: Plan, src: RaySource, client: Client) -> ray.data.Dataset:
+    """The user's dataset with lineage columns; a flat plan's rows tagged, not registered."""
+    registry = client.for_stage("from_ray") if isinstance(client, CoordinatorClient) else None
     id_column = src.id_column
     # The closure travels with every source task: it must not hold the user's Dataset (~200 KB).
     roots = Plan(src.stripped(), exclude=plan.exclude, only=plan.only)
@@ -384,10 +370,10 @@ def _ray_dataset(plan: Plan, src: RaySource, client: RootRegistry | None) -> ray
             ids = pa.array(ids, pa.string())
         name = _block_name(ids)
         table = with_lineage(batch, ids)
-        if client is None:  # no call at all: the ledger compares the tags (see Ledger)
+        if registry is None:  # no call at all: the ledger compares the tags (see Ledger)
             table = table.append_column(C.BLOCK, pa.array(np.full(len(ids), _tag(name), np.int64)))
         else:
-            client.register_roots(ids, name)
+            registry.register_roots(ids, name)
         return table.filter(roots.kept(ids)) if restricted else table
 
     # Our settings and execution callbacks must not reach the user's dataset's (shared) DataContext.
@@ -416,11 +402,10 @@ def _tag(name: str) -> int:
 def _materialized_dataset(plan: Plan, src: MaterializedSource) -> ray.data.Dataset:
     """The kept blocks: terminal rows as new roots (level 0), or an open level's rows as kept."""
     ds = ray.data.from_arrow_refs(list(src.refs))
-    restricted = plan.exclude or plan.only is not None or plan.limit is not None
-    if not restricted and not src.level:
-        return ds.map_batches(C.as_roots, batch_format="pyarrow", batch_size=None)
-    if not restricted:
-        return ds
+    if not plan.exclude and plan.only is None and plan.limit is None:
+        return (
+            ds if src.level else ds.map_batches(C.as_roots, batch_format="pyarrow", batch_size=None)
+        )
     known = list(src.roots or ())
     wanted = pa.array(sorted(known[i] for i in plan.select(known)), pa.string())
     level = src.level
@@ -467,8 +452,6 @@ def lower(
     for planned in physical.steps:
         step = worker_step(planned)
         ds = lower_stage(ds, step, _Shipped(step), planned)
-        if planned.one_piece:
-            ds = in_one_piece(ds, plan.stages[planned.index])
     if physical.steps:
         return ds
     end = TerminalOp(plan.level, keep_parents=keep_parents)

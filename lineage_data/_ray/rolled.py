@@ -13,7 +13,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pyarrow as pa
@@ -39,16 +39,14 @@ def _write(sink: Any, pieces: list[tuple[Any, int, int]], index: int) -> Any:
     return sink.write(tables, compat.write_task_context(index, f"Write({sink.get_name()})"))
 
 
-def _feed(blocks: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
+def _feed(blocks: Generator[Any, None, None], out: queue.Queue, stop: threading.Event) -> None:
     """Put each output block of the stream on ``out``, then the end; close it once ``stop`` is set."""
 
     def put(item: Any) -> bool:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(queue.Full):
                 out.put(item, timeout=0.2)
                 return True
-            except queue.Full:
-                continue
         return False
 
     try:
@@ -59,34 +57,23 @@ def _feed(blocks: Iterator[Any], out: queue.Queue, stop: threading.Event) -> Non
     except BaseException as exc:  # noqa: BLE001 - handed to the driver's thread, raised there
         put(exc)
     finally:
-        close = getattr(blocks, "close", None)
-        if stop.is_set() and close is not None:
-            close()
+        if stop.is_set():
+            blocks.close()
 
 
 class RolledWrite:
     """One rolled write of a sink over one or more streams (a run's passes), then its result."""
 
-    def __init__(
-        self,
-        sink: Any,
-        policy: RollingPolicy,
-        account: Callable[[Any], None],
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, sink: Any, policy: RollingPolicy, account: Callable[[Any], None]) -> None:
         self._policy = policy
         self._account = account  # gets each write task's result as it returns
-        self._clock = clock
         self._ref = ray.put(sink)  # shipped once, not with every task
         self._pending: list[Any] = []
         self._tasks = 0
-        self._check: Callable[[], None] = lambda: None
         self.results: list[Any] = []
 
-    def stream(self, output: Iterator[Any], check: Callable[[], None] = lambda: None) -> None:
-        """Write one output stream (:func:`compat.output_blocks`) to the end."""
-        self._check = check
+    def stream(self, output: Generator[Any, None, None], check: Callable[[], None]) -> None:
+        """Write one output stream (:func:`compat.output_blocks`) to the end; ``check()`` each wait."""
         blocks: queue.Queue = queue.Queue(maxsize=64)  # the feeder waits: Ray Data's backpressure
         stop = threading.Event()
         feeder = threading.Thread(
@@ -94,25 +81,25 @@ class RolledWrite:
         )
         feeder.start()
         try:
-            self._stream(blocks)
+            self._stream(blocks, check)
         except BaseException:
             stop.set()  # the stream is not read to its end: stop it
             raise
 
-    def _stream(self, blocks: queue.Queue) -> None:
+    def _stream(self, blocks: queue.Queue, check: Callable[[], None]) -> None:
         roller = Roller(self._policy)
         while True:
-            left = roller.time_left(self._clock())
+            left = roller.time_left(time.monotonic())
             try:
                 item = blocks.get(timeout=0.5 if left is None else min(max(left, 0.0), 0.5))
             except queue.Empty:
                 item = None
-            self._check()
+            check()
             if item is _END:
                 break
             if isinstance(item, BaseException):
                 raise item
-            now = self._clock()
+            now = time.monotonic()
             cuts = roller.add(item[0], item[1], item[2], now) if item else roller.due(now)
             for cut in cuts:
                 self._submit(cut)
@@ -124,7 +111,7 @@ class RolledWrite:
         """Write tables the driver holds (rows it made itself), rolled like a stream."""
         roller = Roller(self._policy)
         for table in tables:
-            for cut in roller.add(ray.put(table), table.num_rows, table.nbytes, self._clock()):
+            for cut in roller.add(ray.put(table), table.num_rows, table.nbytes, time.monotonic()):
                 self._submit(cut)
         for cut in roller.flush():
             self._submit(cut)
@@ -151,16 +138,12 @@ class RolledWrite:
         )
         try:
             results = ray.get(done)
-        except BaseException:
-            self._drop_pending()
+        except BaseException:  # wait out the others, their errors said (Ray logs each unhandled)
+            for ref in self._pending:
+                with contextlib.suppress(Exception):
+                    ray.get(ref)
+            self._pending = []
             raise
         for result in results:
             self.results.append(result)
             self._account(result)
-
-    def _drop_pending(self) -> None:
-        """A write failed: wait out the others, their errors said (Ray would log each as unhandled)."""
-        for ref in self._pending:
-            with contextlib.suppress(Exception):
-                ray.get(ref)
-        self._pending = []

@@ -6,6 +6,7 @@ returns, beside the wrapped sink's result, the lineage of the rows written, for 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +39,7 @@ class AccountedSink(Datasink):
         self.keep_lineage = keep_lineage
         self.progress = progress  # a coordinator client: each write task reports what it wrote
         self.written: list[tuple[pa.Table, float]] = []
+        self.started = False  # Ray's file sink was prepared already (see :func:`accounted`)
 
     @property
     def supports_distributed_writes(self) -> bool:  # noqa: D102
@@ -51,7 +53,7 @@ class AccountedSink(Datasink):
         return str(self.inner.get_name())
 
     def on_write_start(self, schema: Any = None) -> None:  # noqa: D102
-        if not getattr(self, "_started", False):
+        if not self.started:
             self.inner.on_write_start(schema) if schema is not None else self.inner.on_write_start()
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> tuple[Any, pa.Table, float]:
@@ -73,10 +75,8 @@ class AccountedSink(Datasink):
             return
         committed = pc.sum(pc.equal(lineage[C.OUTCOME], "PRESENT")).as_py() or 0
         counts = {"committed": committed, "failed": lineage.num_rows - committed, "shards": 1}
-        try:
+        with contextlib.suppress(Exception):  # progress never fails a write
             self.progress.count(WRITTEN, counts)
-        except Exception:  # noqa: BLE001 - progress never fails a write
-            pass
 
     def _visible(self, table: pa.Table) -> pa.Table:
         if self.level and C.SIZE in table.column_names:
@@ -116,7 +116,7 @@ def accounted(
             sink = AccountedSink(datasink, level, keep_lineage=keep_lineage, progress=progress)
             skip = start_file_sink(datasink)  # Ray prepares file sinks: it cannot see through ours
             if skip is not None:
-                sink._started = True  # type: ignore[attr-defined]
+                sink.started = True
                 if skip:
                     return
             original(sink, **kwargs)
