@@ -205,8 +205,6 @@ def processes_with(marker):
 
 def read_back(out, fmt):
     """The roots of ``out``'s shard files, read by the format's own library (any file there)."""
-    import gzip
-
     if fmt == "parquet":
         import pyarrow.dataset as pads
 
@@ -215,12 +213,6 @@ def read_back(out, fmt):
         import lance
 
         return lance.dataset(str(out)).to_table()[ld.ROOT].to_pylist()
-    if fmt == "jsonl":
-        ids = []
-        for name in out.glob("*.jsonl.gz"):
-            with gzip.open(name, "rt") as f:
-                ids += [json.loads(line)["id"] for line in f]
-        return ids
     import webdataset as wds
 
     urls = sorted(str(f) for f in out.glob("*.tar"))
@@ -228,7 +220,10 @@ def read_back(out, fmt):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["parquet", "webdataset", "jsonl", "lance"])
+# webdataset and jsonl shards are staged and committed by the same ShardWriter code as parquet (only
+# the file's writer differs, tested in tests/unit/connectors/test_formats.py); lance commits its own
+# way. Two runs here instead of four keep CI's time (each run starts two Rays of its own).
+@pytest.mark.parametrize("fmt", ["parquet", "lance"])
 def test_resume_after_driver_killed_equals_clean_run(tmp_path, fmt):
     out = tmp_path / "shards"
     marker = f"killed-{os.getpid()}-{time.time()}"
