@@ -115,13 +115,18 @@ def workers_killed_for_memory(workers: set[str]) -> set[str]:
     return out
 
 
-def node_logs_dir() -> str | None:
+def node_logs_dir(*, workers_only: bool = False) -> str | None:
     """This Ray process's node's log directory (workers' ``.err`` files), or None.
 
-    Optional: ``ray._private.worker.global_worker.node.get_logs_dir_path()``. Public: none.
+    ``workers_only``: None in a driver. Optional: ``ray._private.worker.global_worker.node
+    .get_logs_dir_path()``, ``global_worker.mode`` and ``WORKER_MODE``. Public: none.
     """
     worker = _optional("ray._private.worker", "global_worker")
     node = getattr(worker, "node", None)
+    if workers_only and getattr(worker, "mode", None) != _optional(
+        "ray._private.worker", "WORKER_MODE"
+    ):
+        return None
     try:
         return node.get_logs_dir_path() if node is not None else None
     except Exception:  # noqa: BLE001 - not in a Ray process with a node: nothing to read

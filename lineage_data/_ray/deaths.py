@@ -7,10 +7,12 @@ killed ``NODE_OUT_OF_MEMORY``, and faulthandler writes ``Fatal Python error: ...
 
 from __future__ import annotations
 
+import faulthandler
 import glob
 import os
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import ray
 
@@ -22,11 +24,41 @@ _OUT_OF_MEMORY = "killed by Ray's memory monitor: the node ran out of memory"
 
 
 def this_worker() -> str:
-    """This process's Ray worker id (hex), or its pid outside a Ray worker."""
+    """This process's Ray worker id (hex), or its pid outside a Ray worker.
+
+    The first call in a Ray worker also points faulthandler at a file of its own (see
+    :func:`_keep_last_words`): a process that records an attempt is one whose death is asked about.
+    """
     try:
-        return ray.get_runtime_context().get_worker_id()
+        worker = ray.get_runtime_context().get_worker_id()
     except Exception:  # noqa: BLE001 - not connected to Ray: the pid still names the process
         return f"pid{os.getpid()}"
+    if not _LAST_WORDS:
+        _keep_last_words(worker)
+    return worker
+
+
+# this process's faulthandler file, kept open for the process's life (empty: not tried yet)
+_LAST_WORDS: list[Any] = []
+
+
+def _keep_last_words(worker: str) -> None:
+    """Have faulthandler write a fatal error to ``lineage-data-<worker>.err`` in the node's logs.
+
+    Ray pipes a worker's stderr into its ``.err`` log through a thread of the same process, so the
+    "Fatal Python error" line of a crash is lost when the process dies before that thread copies it
+    (seen under load). faulthandler writes its own file from the signal handler: nothing is lost.
+    """
+    _LAST_WORDS.append(None)  # tried once per process
+    logs = node_logs_dir(workers_only=True)
+    if logs is None:
+        return
+    try:
+        file = open(os.path.join(logs, f"lineage-data-{worker}.err"), "ab")  # noqa: SIM115 - kept open
+        faulthandler.enable(file=file, all_threads=False)
+    except (OSError, ValueError, RuntimeError):
+        return
+    _LAST_WORDS[0] = file
 
 
 def why_died(workers: Sequence[str]) -> str | None:
@@ -49,7 +81,8 @@ def _last_words(worker: str) -> str | None:
     logs = node_logs_dir()
     if logs is None:
         return None
-    for path in glob.glob(os.path.join(logs, f"worker-{glob.escape(worker)}-*.err")):
+    ours = os.path.join(logs, f"lineage-data-{worker}.err")
+    for path in [ours, *glob.glob(os.path.join(logs, f"worker-{glob.escape(worker)}-*.err"))]:
         try:
             with open(path, "rb") as f:
                 f.seek(max(0, os.path.getsize(path) - _TAIL_BYTES))

@@ -2,8 +2,10 @@
 
 import os
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
+import pytest
 import ray
 
 from lineage_data._ray import compat
@@ -24,6 +26,34 @@ def test_touchpoint_internal_kv_on_a_cluster():
 def test_touchpoint_node_logs_dir_on_the_driver():
     logs = compat.node_logs_dir()
     assert logs is not None and os.path.isdir(logs)
+    assert compat.node_logs_dir(workers_only=True) is None  # a driver is not a worker
+
+
+def test_a_worker_that_records_an_attempt_keeps_its_last_words_in_a_file_of_its_own():
+    @ray.remote(num_cpus=0.25)
+    def crash_reason() -> tuple[str, str | None]:
+        import ctypes
+
+        from lineage_data._ray.deaths import this_worker
+
+        worker = this_worker()
+        assert compat.node_logs_dir(workers_only=True) is not None
+        ctypes.string_at(0)  # SIGSEGV: faulthandler writes, then the process dies
+        return worker, None
+
+    with pytest.raises(ray.exceptions.WorkerCrashedError):
+        ray.get(crash_reason.options(max_retries=0).remote())
+    logs = compat.node_logs_dir()
+    ours = [p for p in os.listdir(logs) if p.startswith("lineage-data-") and p.endswith(".err")]
+    texts = [Path(logs, p).read_bytes() for p in ours]
+    assert any(b"Fatal Python error: Segmentation fault" in t for t in texts), ours
+    from lineage_data._ray.deaths import why_died
+
+    worker = next(p for p, t in zip(ours, texts, strict=True) if b"Segmentation fault" in t)
+    assert (
+        why_died([worker.removeprefix("lineage-data-").removesuffix(".err")])
+        == "Segmentation fault"
+    )
 
 
 def test_touchpoint_worker_table_on_a_cluster():

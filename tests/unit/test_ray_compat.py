@@ -100,6 +100,13 @@ def test_touchpoint_global_worker_node_logs_dir():
         assert compat.node_logs_dir() == node.get_logs_dir_path()
 
 
+def test_touchpoint_global_worker_mode():
+    from ray._private import worker
+
+    assert isinstance(worker.WORKER_MODE, int) and worker.WORKER_MODE != worker.SCRIPT_MODE
+    assert "mode" in vars(worker.global_worker)
+
+
 # -- Ray's key-value store --------------------------------------------------------------------------
 
 
