@@ -49,6 +49,10 @@ class AccountedSink(Datasink):
     def min_rows_per_write(self) -> int | None:  # noqa: D102
         return self.inner.min_rows_per_write
 
+    @property
+    def min_bytes_per_write(self) -> int | None:  # noqa: D102
+        return self.inner.min_bytes_per_write
+
     def get_name(self) -> str:  # noqa: D102
         return str(self.inner.get_name())
 

@@ -107,6 +107,19 @@ def test_keep_lineage_false_gives_committed_rows_and_user_columns_only(tmp_path)
     ]
 
 
+@pytest.mark.parametrize("option", ["min_rows_per_file", "min_bytes_per_file"])
+def test_a_write_takes_rays_options_for_fewer_larger_files(option, tmp_path):
+    items = [{"doc": f"d{i}", "n": i % 3 + 1} for i in range(8)]  # none fails: no repair write
+    files = {}
+    for name, kwargs in {"default": {}, option: {option: 10**9}}.items():
+        plan = ld.from_items(items, id_column="doc").expand_lineage(pages, name="pages")
+        plan.write_parquet(str(tmp_path / name), **kwargs)
+        files[name] = list((tmp_path / name).glob("*.parquet"))
+    assert len(files["default"]) > 1  # the plan writes several blocks, so the option has work
+    assert len(files[option]) == 1
+    assert pa.dataset.dataset(files[option]).count_rows() == sum(i % 3 + 1 for i in range(8))
+
+
 def test_iter_batches_takes_rays_arguments():
     ds = ld.from_items([{"x": i} for i in range(10)])
     sizes = [len(b["x"]) for b in ds.iter_batches(batch_size=3, prefetch_batches=2)]
